@@ -1,0 +1,283 @@
+"""Operator configuration: TOML decoded by msgspec into typed structs, then checked.
+
+Every error names the key (``listen.https``) and the reason, so an operator can fix a file from one line.
+The key names are public (DESIGN §9): add keys freely, rename none.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import tomllib
+from typing import Literal
+
+import msgspec
+
+
+class ConfigError(Exception):
+    """A configuration problem, already phrased as ``key: reason``."""
+
+
+class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class Listen(_Section):
+    https: str = "0.0.0.0:443"
+    http: str = "0.0.0.0:80"
+    mgmt: str = "127.0.0.1:9180"
+
+
+class Fleet(_Section):
+    workers: int = 0
+    drain_timeout_s: float = 30
+    restart_backoff_max_s: float = 30
+    rss_limit_mb: int = 0  # 0 = only report RSS; > 0 = recycle a worker above it
+
+
+class Limits(_Section):
+    peek_timeout_s: float = 10
+    peek_max_bytes: int = 16384
+    handshake_timeout_s: float = 10
+    header_timeout_s: float = 15
+    idle_timeout_s: float = 60
+    max_connections_per_ip: int = 0  # 0 = off
+
+
+class Acme(_Section):
+    service: str = "acme"
+
+
+DEFAULT_INTERNAL_CIDRS = [
+    "127.0.0.0/8",
+    "::1/128",
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "fc00::/7",
+]
+
+
+class Network(_Section):
+    internal_cidrs: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_INTERNAL_CIDRS))
+
+
+class Sources(_Section):
+    registry: Literal["file", "valkey"] = "file"
+    domains: Literal["file", "postgres"] = "file"
+    valkey_url: str = "redis://127.0.0.1:6379/0"
+    postgres_dsn: str = "postgresql://sentin8_proxy@127.0.0.1:5432/platform"
+    apps_domain: str = "apps.example.com"
+    poll_interval_s: float = 30
+    health_fresh_s: float = 30
+    suspect_ttl_s: float = 30
+    boot_retries: int = 10
+    boot_retry_interval_s: float = 3
+
+
+class Tls(_Section):
+    cert_dir: str = "/var/lib/sentin8-proxy/certs"
+    state_dir: str = "/var/lib/sentin8-proxy"
+
+
+class Upstream(_Section):
+    connect_timeout_s: float = 3
+    client_cert: str = ""
+    client_key: str = ""
+    ca_file: str = ""
+    pool_max_idle_per_instance: int = 32
+
+
+class Policy(_Section):
+    waf: bool = False
+    rate_limit: bool = False
+    rate_limit_rps: float = 100
+    rate_limit_burst: float = 100
+    rate_limit_key: Literal["ip", "ip+host"] = "ip"
+    max_headers: int = 100
+    max_header_bytes: int = 65536
+
+
+class Mgmt(_Section):
+    jwt_secret_env: str = "SENTIN8_MGMT_JWT_SECRET"
+    jwt_audience: str = "sentin8-proxy"
+    jwt_issuer: str = "sentin8-auth"
+
+
+class Metrics(_Section):
+    channel: str = "stat:metrics"
+    interval_s: float = 10
+
+
+class SharedMemory(_Section):
+    """Fixed sizes of the shared-memory regions, chosen at start (a reload cannot resize them)."""
+
+    snapshot_bytes: int = 32 * 1024 * 1024  # per buffer; there are two
+    suspect_slots: int = 4096
+    ratelimit_slots: int = 65536
+
+
+class InstanceEntry(_Section):
+    service: str
+    id: str
+    host: str
+    port: int
+    state: str = "Active"
+    tls: bool = False
+
+
+class DomainEntry(_Section):
+    hostname: str
+    service: str
+    env_id: str = ""
+    app_id: str = ""
+    org_id: str = ""
+
+
+class Config(_Section):
+    listen: Listen = msgspec.field(default_factory=Listen)
+    fleet: Fleet = msgspec.field(default_factory=Fleet)
+    limits: Limits = msgspec.field(default_factory=Limits)
+    acme: Acme = msgspec.field(default_factory=Acme)
+    network: Network = msgspec.field(default_factory=Network)
+    sources: Sources = msgspec.field(default_factory=Sources)
+    tls: Tls = msgspec.field(default_factory=Tls)
+    upstream: Upstream = msgspec.field(default_factory=Upstream)
+    policy: Policy = msgspec.field(default_factory=Policy)
+    mgmt: Mgmt = msgspec.field(default_factory=Mgmt)
+    metrics: Metrics = msgspec.field(default_factory=Metrics)
+    shm: SharedMemory = msgspec.field(default_factory=SharedMemory)
+    instances: list[InstanceEntry] = msgspec.field(default_factory=list)
+    domains: list[DomainEntry] = msgspec.field(default_factory=list)
+
+    def worker_count(self) -> int:
+        return self.fleet.workers or len(os.sched_getaffinity(0))
+
+
+def parse_hostport(value: str, key: str) -> tuple[str, int]:
+    """``"0.0.0.0:443"`` / ``"[::]:443"`` -> (host, port). The host must be a literal IP address."""
+    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)|([0-9.]+):(\d+)", value)
+    if not m:
+        raise ConfigError(f"{key}: {value!r} is not HOST:PORT (IPv6 as [addr]:port)")
+    host = m.group(1) or m.group(3)
+    port = int(m.group(2) or m.group(4))
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ConfigError(f"{key}: {host!r} is not an IP address") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{key}: port {port} is out of range")
+    return host, port
+
+
+_HOSTNAME = re.compile(r"(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def _check(cfg: Config) -> None:
+    parse_hostport(cfg.listen.https, "listen.https")
+    for key, value in (("listen.http", cfg.listen.http), ("listen.mgmt", cfg.listen.mgmt)):
+        if value:
+            parse_hostport(value, key)
+    for i, cidr in enumerate(cfg.network.internal_cidrs):
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError as exc:
+            raise ConfigError(f"network.internal_cidrs[{i}]: {cidr!r} is not a CIDR ({exc})") from None
+    positive = {
+        "fleet.drain_timeout_s": cfg.fleet.drain_timeout_s,
+        "limits.peek_timeout_s": cfg.limits.peek_timeout_s,
+        "limits.handshake_timeout_s": cfg.limits.handshake_timeout_s,
+        "limits.header_timeout_s": cfg.limits.header_timeout_s,
+        "limits.idle_timeout_s": cfg.limits.idle_timeout_s,
+        "sources.poll_interval_s": cfg.sources.poll_interval_s,
+        "sources.health_fresh_s": cfg.sources.health_fresh_s,
+        "sources.suspect_ttl_s": cfg.sources.suspect_ttl_s,
+        "upstream.connect_timeout_s": cfg.upstream.connect_timeout_s,
+        "policy.rate_limit_rps": cfg.policy.rate_limit_rps,
+        "policy.rate_limit_burst": cfg.policy.rate_limit_burst,
+        "metrics.interval_s": cfg.metrics.interval_s,
+    }
+    for key, value in positive.items():
+        if not value > 0:
+            raise ConfigError(f"{key}: must be > 0, got {value}")
+    if cfg.fleet.workers < 0:
+        raise ConfigError(f"fleet.workers: must be >= 0 (0 = one per CPU), got {cfg.fleet.workers}")
+    if not 517 <= cfg.limits.peek_max_bytes <= 65536:
+        raise ConfigError(f"limits.peek_max_bytes: must be within 517..65536, got {cfg.limits.peek_max_bytes}")
+    if not 1 <= cfg.policy.max_headers <= 10000:
+        raise ConfigError(f"policy.max_headers: must be within 1..10000, got {cfg.policy.max_headers}")
+    if not 1024 <= cfg.policy.max_header_bytes <= 1 << 20:
+        raise ConfigError(f"policy.max_header_bytes: must be within 1024..1048576, got {cfg.policy.max_header_bytes}")
+    if cfg.shm.snapshot_bytes < 4096:
+        raise ConfigError(f"shm.snapshot_bytes: must be >= 4096, got {cfg.shm.snapshot_bytes}")
+    for key in ("suspect_slots", "ratelimit_slots"):
+        n = getattr(cfg.shm, key)
+        if n < 64 or n & (n - 1):
+            raise ConfigError(f"shm.{key}: must be a power of two >= 64, got {n}")
+    if bool(cfg.upstream.client_cert) != bool(cfg.upstream.client_key):
+        raise ConfigError("upstream.client_cert: client_cert and client_key must be set together")
+    seen: set[str] = set()
+    for i, inst in enumerate(cfg.instances):
+        key = f"instances[{i}]"
+        if inst.id in seen:
+            raise ConfigError(f"{key}.id: duplicate instance id {inst.id!r}")
+        seen.add(inst.id)
+        if not 1 <= inst.port <= 65535:
+            raise ConfigError(f"{key}.port: {inst.port} is out of range")
+        try:
+            ipaddress.ip_address(inst.host)
+        except ValueError:
+            raise ConfigError(f"{key}.host: {inst.host!r} is not an IP address") from None
+    for i, dom in enumerate(cfg.domains):
+        if not _HOSTNAME.fullmatch(dom.hostname.lower()):
+            raise ConfigError(f"domains[{i}].hostname: {dom.hostname!r} is not a hostname or *.wildcard")
+
+
+def _dotted(path: str) -> str:
+    """msgspec's ``$.listen.https`` / ``$.instances[0].port`` -> ``listen.https`` / ``instances[0].port``."""
+    return path.removeprefix("$").removeprefix(".") or "(top level)"
+
+
+def _explain(exc: msgspec.ValidationError) -> str:
+    msg = str(exc)
+    m = re.fullmatch(r"Object contains unknown field `([^`]*)`(?: - at `([^`]*)`)?", msg)
+    if m:
+        parent = _dotted(m.group(2) or "$")
+        key = m.group(1) if parent == "(top level)" else f"{parent}.{m.group(1)}"
+        return f"{key}: unknown key"
+    m = re.fullmatch(r"Object missing required field `([^`]*)`(?: - at `([^`]*)`)?", msg)
+    if m:
+        parent = _dotted(m.group(2) or "$")
+        key = m.group(1) if parent == "(top level)" else f"{parent}.{m.group(1)}"
+        return f"{key}: required key is missing"
+    m = re.fullmatch(r"(.*) - at `([^`]*)`", msg)
+    if m:
+        return f"{_dotted(m.group(2))}: {m.group(1)}"
+    return msg
+
+
+def load_bytes(data: bytes, origin: str = "<config>") -> Config:
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{origin}: not valid TOML ({exc})") from None
+    try:
+        cfg = msgspec.convert(raw, Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(_explain(exc)) from None
+    _check(cfg)
+    return cfg
+
+
+def load_file(path: str) -> Config:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    return load_bytes(data, path)
+
+
+def to_toml_dict(cfg: Config) -> dict:
+    return msgspec.to_builtins(cfg)

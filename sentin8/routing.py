@@ -1,0 +1,74 @@
+"""The routing table: hostnames -> context, services -> instances. Sans-IO.
+
+The resolver builds a ``RoutingTable`` from its sources and publishes it (msgpack) through shared memory;
+every worker decodes it and answers ``resolve(hostname)`` per connection.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Instance(msgspec.Struct, frozen=True, array_like=True):
+    """One backend instance of a service (a ``captain:svc:<service>`` hash field, or a file entry)."""
+
+    id: str
+    service: str
+    host: str
+    port: int
+    state: str = "Active"
+    health_ts: float | None = None  # None = no heartbeat contract (file instances): always fresh
+    tls: bool = False
+
+
+class Route(msgspec.Struct, frozen=True, array_like=True):
+    """What a hostname resolves to: the service that answers it and the tenant context to inject."""
+
+    hostname: str
+    service: str
+    env_id: str = ""
+    app_id: str = ""
+    org_id: str = ""
+
+
+class RoutingTable(msgspec.Struct, array_like=True):
+    built_at: float = 0.0  # wall clock of the last successful load of every source
+    stale: bool = False  # a source failed after a good load: this is the last good data
+    routes: dict[str, Route] = {}  # exact hostnames, lower case; "*.example.com" keys hold wildcards
+    services: dict[str, list[Instance]] = {}
+
+    def resolve(self, hostname: str) -> Route | None:
+        """Exact name first, then a one-label wildcard (``*.example.com`` answers ``a.example.com`` only)."""
+        name = hostname.lower().rstrip(".")
+        route = self.routes.get(name)
+        if route is not None:
+            return route
+        dot = name.find(".")
+        if dot > 0:
+            return self.routes.get("*" + name[dot:])
+        return None
+
+    def instances(self, service: str) -> list[Instance]:
+        return self.services.get(service, [])
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(RoutingTable)
+
+
+def encode(table: RoutingTable) -> bytes:
+    return _encoder.encode(table)
+
+
+def decode(data: bytes | memoryview) -> RoutingTable:
+    return _decoder.decode(data)
+
+
+def build(routes: list[Route], instances: list[Instance], built_at: float, stale: bool = False) -> RoutingTable:
+    services: dict[str, list[Instance]] = {}
+    for inst in sorted(instances, key=lambda i: (i.service, i.id)):
+        services.setdefault(inst.service, []).append(inst)
+    by_name: dict[str, Route] = {}
+    for route in routes:
+        by_name.setdefault(route.hostname.lower().rstrip("."), route)
+    return RoutingTable(built_at=built_at, stale=stale, routes=by_name, services=services)

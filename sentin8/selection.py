@@ -1,0 +1,47 @@
+"""Backend selection (sans-IO): a snapshot's instances, a clock and suspect marks in, an order out."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .routing import Instance
+
+
+class SuspectMarks(Protocol):
+    def suspect_until(self, instance_id: str) -> int: ...  # µs since the epoch; 0 = not suspect
+
+    def mark(self, instance_id: str, until_us: int) -> None: ...
+
+
+def eligible(instances: list[Instance], now: float, health_fresh_s: float) -> list[Instance]:
+    """Active and fresh: judged now, at pick time, not when the snapshot was built."""
+    return [i for i in instances if i.state == "Active" and (i.health_ts is None or now - i.health_ts < health_fresh_s)]
+
+
+class Selector:
+    """Round-robin over eligible instances; suspects go last, so when every instance is suspect the order
+    is plain round-robin (DESIGN §3.5: failing over beats failing)."""
+
+    def __init__(self, marks: SuspectMarks, health_fresh_s: float, suspect_ttl_s: float) -> None:
+        self.marks = marks
+        self.health_fresh_s = health_fresh_s
+        self.suspect_ttl_us = int(suspect_ttl_s * 1e6)
+        self._next: dict[str, int] = {}
+
+    def order(self, service: str, instances: list[Instance], now: float) -> tuple[list[Instance], bool]:
+        """(candidates in the order to try, whether every candidate is suspect)."""
+        pool = eligible(instances, now, self.health_fresh_s)
+        if not pool:
+            return [], False
+        start = self._next.get(service, 0) % len(pool)
+        self._next[service] = start + 1
+        rotated = pool[start:] + pool[:start]
+        now_us = int(now * 1e6)
+        healthy = [i for i in rotated if self.marks.suspect_until(i.id) <= now_us]
+        if len(healthy) == len(rotated):
+            return rotated, False
+        suspects = [i for i in rotated if self.marks.suspect_until(i.id) > now_us]
+        return healthy + suspects, not healthy
+
+    def mark_suspect(self, instance_id: str, now: float) -> None:
+        self.marks.mark(instance_id, int(now * 1e6) + self.suspect_ttl_us)

@@ -1,0 +1,116 @@
+"""Per-worker counters: one block per worker slot, one writer per block, readers sum the blocks.
+
+Counters are cumulative across respawns (a new worker in a slot keeps adding); gauges (``GAUGES``) belong to
+the live process and the supervisor zeroes them when that process dies.
+"""
+
+from __future__ import annotations
+
+from .region import CACHE_LINE, align
+
+NAMES: tuple[str, ...] = (
+    # accept / peek / classify
+    "accepted",
+    "connections_l4",
+    "connections_l7",
+    "connections_http",
+    "peek_timeout",
+    "peek_garbage",
+    "peek_oversize",
+    "peek_eof",
+    "no_sni",
+    "unknown_sni",
+    "no_backend",
+    "backend_connect_errors",
+    "all_suspect_fallback",
+    "l4_bytes_in",
+    "l4_bytes_out",
+    "per_ip_limit",
+    "external_refused",
+    # TLS
+    "handshake_ok",
+    "handshake_errors",
+    "handshake_timeout",
+    # L7
+    "requests",
+    "http_400",
+    "http_403",
+    "http_404",
+    "http_421",
+    "http_429",
+    "http_431",
+    "http_502",
+    "http_503",
+    "http_504",
+    "status_1xx",
+    "status_2xx",
+    "status_3xx",
+    "status_4xx",
+    "status_5xx",
+    "upstream_warm",
+    "upstream_cold",
+    "upstream_stale_retry",
+    "upstream_errors",
+    "slowloris_closed",
+    "idle_closed",
+    "websocket_upgrades",
+    "acme_passthrough",
+    "policy_waf",
+    "policy_rate_limit",
+    # gauges
+    "l4_active",
+    "active_connections",  # L7 requests in flight: the drain signal
+    "open_connections",
+)
+GAUGES = ("l4_active", "active_connections", "open_connections")
+MAX_COUNTERS = 128
+INDEX = {name: i for i, name in enumerate(NAMES)}
+BLOCK_BYTES = align(MAX_COUNTERS * 8, CACHE_LINE)
+assert len(NAMES) <= MAX_COUNTERS
+
+
+def region_bytes(slots: int) -> int:
+    return slots * BLOCK_BYTES
+
+
+class WorkerCounters:
+    """The writer's handle on its own block."""
+
+    def __init__(self, view: memoryview, slot: int) -> None:
+        start = slot * BLOCK_BYTES
+        self.words = view[start : start + BLOCK_BYTES].cast("Q")
+
+    def inc(self, name: str, n: int = 1) -> None:
+        i = INDEX[name]
+        self.words[i] = self.words[i] + n
+
+    def add_gauge(self, name: str, delta: int) -> None:
+        i = INDEX[name]
+        self.words[i] = max(0, self.words[i] + delta)
+
+    def zero_gauges(self) -> None:
+        for name in GAUGES:
+            self.words[INDEX[name]] = 0
+
+
+class CounterReader:
+    def __init__(self, view: memoryview, slots: int) -> None:
+        self._view = view
+        self.slots = slots
+
+    def block(self, slot: int) -> dict[str, int]:
+        start = slot * BLOCK_BYTES
+        w = self._view[start : start + BLOCK_BYTES].cast("Q")
+        return {name: w[i] for i, name in enumerate(NAMES)}
+
+    def total(self) -> dict[str, int]:
+        out = dict.fromkeys(NAMES, 0)
+        for slot in range(self.slots):
+            start = slot * BLOCK_BYTES
+            w = self._view[start : start + BLOCK_BYTES].cast("Q")
+            for i, name in enumerate(NAMES):
+                out[name] += w[i]
+        return out
+
+    def zero_gauges(self, slot: int) -> None:
+        WorkerCounters(self._view, slot).zero_gauges()

@@ -1,0 +1,35 @@
+"""The fleet's shared memory as one object: built once by the supervisor from config, inherited by children."""
+
+from __future__ import annotations
+
+from ..config import Config
+from . import counters, snapshot
+from .region import SharedRegion
+from .suspects import SuspectTable
+
+
+class SharedState:
+    def __init__(self, cfg: Config, worker_slots: int) -> None:
+        self.snapshot_capacity = cfg.shm.snapshot_bytes
+        self.suspect_slots = cfg.shm.suspect_slots
+        self.worker_slots = worker_slots
+        self.region = SharedRegion()
+        self.region.reserve("snapshot", snapshot.region_bytes(self.snapshot_capacity))
+        self.region.reserve("suspects", SuspectTable.region_bytes(self.suspect_slots))
+        self.region.reserve("counters", counters.region_bytes(worker_slots))
+        self.region.allocate()
+
+    def snapshot_writer(self) -> snapshot.SnapshotWriter:
+        return snapshot.SnapshotWriter(self.region.view("snapshot"), self.snapshot_capacity)
+
+    def snapshot_reader(self) -> snapshot.SnapshotReader:
+        return snapshot.SnapshotReader(self.region.view("snapshot"), self.snapshot_capacity)
+
+    def suspects(self) -> SuspectTable:
+        return SuspectTable(self.region.view("suspects"), self.suspect_slots)
+
+    def worker_counters(self, slot: int) -> counters.WorkerCounters:
+        return counters.WorkerCounters(self.region.view("counters"), slot)
+
+    def counter_reader(self) -> counters.CounterReader:
+        return counters.CounterReader(self.region.view("counters"), self.worker_slots)

@@ -1,0 +1,401 @@
+"""The supervisor: creates shared memory, forks the resolver and the workers, keeps them alive, never
+handles traffic.
+
+One single-threaded loop waits on two pipes: the signal wakeup pipe (signal numbers) and the children's
+status pipe (``sentin8.lifecycle`` messages). Everything else is a scheduled deadline (respawn backoff,
+RSS check, kill-after-drain), so the loop sleeps exactly until the next thing to do.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psutil
+import setproctitle
+
+from sentin8 import lifecycle
+from sentin8.config import Config, ConfigError, load_file
+from sentin8.shm.state import SharedState
+
+from . import sdnotify
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD)
+RSS_CHECK_S = 10.0
+STABLE_AFTER_S = 5.0  # a child that lived this long resets its crash backoff
+QUIT_GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1
+
+
+def log(msg: str) -> None:
+    print(f"sentin8-proxy: {msg}", flush=True)
+
+
+@dataclass
+class Child:
+    role: str  # "resolver" | "worker"
+    index: int
+    pid: int
+    slot: int = -1
+    started: float = field(default_factory=time.monotonic)
+    listening: bool = False
+    retiring: bool = False  # told to drain because a replacement took over
+    rss: int = 0
+
+
+def enable_migrate_req() -> bool:
+    """Ask the kernel to hand a closing SO_REUSEPORT listener's queued connections to its siblings."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_migrate_req", "w") as fh:
+            fh.write("1")
+        return True
+    except OSError:
+        return False
+
+
+class Arbiter:
+    def __init__(self, cfg: Config, config_path: str | None) -> None:
+        self.cfg = cfg
+        self.config_path = config_path
+        self.workers_wanted = cfg.worker_count()
+        self.slots = 2 * self.workers_wanted + 2  # room for a replacement beside every worker during reload
+        self.children: dict[int, Child] = {}
+        self.free_slots = list(range(self.slots))
+        self.failures: dict[tuple[str, int], int] = {}
+        self.respawn_at: dict[tuple[str, int], float] = {}
+        self.snapshot_ready = False
+        self.ready_sent = False
+        self.state = "running"  # running | draining | quitting
+        self.kill_at: float | None = None
+        self.reload_queue: list[int] = []
+        self.replacing: dict[int, int] = {}  # new worker pid -> old worker pid
+        self.next_rss_check = time.monotonic() + RSS_CHECK_S
+        self._status_buf = b""
+
+    # ---- setup ---------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        setproctitle.setproctitle("sentin8-proxy: supervisor")
+        self.shared = SharedState(self.cfg, self.slots)
+        migrate = enable_migrate_req()
+        self.status_r, self.status_w = os.pipe()
+        os.set_blocking(self.status_r, False)
+        self.sig_r, self.sig_w = os.pipe()
+        os.set_blocking(self.sig_r, False)
+        os.set_blocking(self.sig_w, False)
+        signal.set_wakeup_fd(self.sig_w, warn_on_full_buffer=False)
+        for sig in HANDLED_SIGNALS:
+            signal.signal(sig, lambda *_: None)  # the wakeup pipe carries the number; the loop acts on it
+        log(
+            f"supervisor {os.getpid()}: {self.workers_wanted} workers on {self.cfg.listen.https}, "
+            f"shm {self.shared.region.size // 1024} KiB, tcp_migrate_req {'on' if migrate else 'unavailable'}"
+        )
+        self._spawn_resolver()
+        return self._loop()
+
+    # ---- forking -------------------------------------------------------------------------------------
+
+    def _fork(self, role: str, index: int, title: str, target: Callable[[], int], cpu: int | None = None) -> int:
+        pid = os.fork()
+        if pid:
+            return pid
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            for sig in HANDLED_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+            os.close(self.sig_r)
+            os.close(self.sig_w)
+            os.close(self.status_r)
+            try:  # die with the supervisor even if it is SIGKILLed
+                ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            except (OSError, AttributeError):
+                pass
+            if cpu is not None:
+                os.sched_setaffinity(0, {cpu})
+            setproctitle.setproctitle(title)
+            code = target()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        raise AssertionError("unreachable")
+
+    def _spawn_resolver(self) -> None:
+        from .resolver import Resolver
+
+        cfg = self.cfg
+
+        def target() -> int:
+            return Resolver(cfg, self.shared, self.status_w, self.config_path).run()
+
+        pid = self._fork("resolver", 0, "sentin8-proxy: resolver", target)
+        self.children[pid] = Child("resolver", 0, pid)
+
+    def _spawn_worker(self, index: int) -> int:
+        from workers.worker import Worker
+
+        cpus = sorted(os.sched_getaffinity(0))
+        cpu = cpus[index % len(cpus)]
+        slot = self.free_slots.pop(0)
+        cfg = self.cfg
+
+        def target() -> int:
+            return Worker(cfg, self.shared, index, slot, self.status_w).run()
+
+        pid = self._fork("worker", index, f"sentin8-proxy: worker {index} [cpu {cpu}]", target, cpu)
+        self.children[pid] = Child("worker", index, pid, slot)
+        return pid
+
+    def _workers(self) -> list[Child]:
+        return [c for c in self.children.values() if c.role == "worker"]
+
+    # ---- the loop ------------------------------------------------------------------------------------
+
+    def _loop(self) -> int:
+        while True:
+            timeout = self._next_deadline() - time.monotonic()
+            try:
+                readable, _, _ = select.select([self.sig_r, self.status_r], [], [], max(0.0, timeout))
+            except InterruptedError:
+                readable = []
+            if self.sig_r in readable:
+                for signum in self._read_signals():
+                    self._on_signal(signum)
+            if self.status_r in readable:
+                self._read_status()
+            self._run_due()
+            if self.state != "running" and not self.children:
+                log("supervisor: all children exited")
+                return 0
+
+    def _next_deadline(self) -> float:
+        deadlines = [self.next_rss_check, *self.respawn_at.values()]
+        if self.kill_at is not None:
+            deadlines.append(self.kill_at)
+        return min(deadlines)
+
+    def _read_signals(self) -> list[int]:
+        try:
+            data = os.read(self.sig_r, 4096)
+        except BlockingIOError:
+            return []
+        return list(data)
+
+    def _read_status(self) -> None:
+        try:
+            self._status_buf += os.read(self.status_r, 65536)
+        except BlockingIOError:
+            return
+        messages = lifecycle.parse(self._status_buf)
+        self._status_buf = self._status_buf[len(messages) * lifecycle.MESSAGE_BYTES :]
+        for pid, code in messages:
+            self._on_status(pid, code)
+
+    def _on_status(self, pid: int, code: int) -> None:
+        child = self.children.get(pid)
+        if child is None:
+            return
+        if code == lifecycle.SNAPSHOT_PUBLISHED and not self.snapshot_ready:
+            self.snapshot_ready = True
+            if self.state == "running":
+                for index in range(self.workers_wanted):
+                    self._spawn_worker(index)
+        elif code == lifecycle.WORKER_LISTENING:
+            child.listening = True
+            old = self.replacing.pop(pid, None)
+            if old is not None:
+                self._retire(old)
+                self._continue_reload()
+        self._maybe_ready()
+
+    def _maybe_ready(self) -> None:
+        if self.ready_sent or not self.snapshot_ready or self.state != "running":
+            return
+        live = [c for c in self._workers() if not c.retiring]
+        if len(live) >= self.workers_wanted and all(c.listening for c in live):
+            self.ready_sent = True
+            sdnotify.notify(f"READY=1\nMAINPID={os.getpid()}\nSTATUS=serving with {len(live)} workers")
+            log(f"ready: {len(live)} workers listening on {self.cfg.listen.https}")
+
+    def _run_due(self) -> None:
+        now = time.monotonic()
+        for key, when in list(self.respawn_at.items()):
+            if when <= now:
+                del self.respawn_at[key]
+                if self.state == "running":
+                    role, index = key
+                    if role == "resolver":
+                        self._spawn_resolver()
+                    elif index < self.workers_wanted and not self._has_worker(index):
+                        self._spawn_worker(index)
+        if self.kill_at is not None and now >= self.kill_at:
+            for child in self.children.values():
+                self._kill(child.pid, signal.SIGKILL)
+            self.kill_at = None
+        if now >= self.next_rss_check:
+            self.next_rss_check = now + RSS_CHECK_S
+            self._check_rss()
+
+    def _has_worker(self, index: int) -> bool:
+        return any(c.index == index and not c.retiring for c in self._workers())
+
+    # ---- signals -------------------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int) -> None:
+        if signum == signal.SIGCHLD:
+            self._reap()
+        elif signum in (signal.SIGTERM, signal.SIGINT):
+            if self.state == "draining":
+                self._quit()  # asked twice: stop now
+            elif self.state == "running":
+                self._drain()
+        elif signum == signal.SIGQUIT:
+            self._quit()
+        elif signum == signal.SIGHUP and self.state == "running":
+            self._reload()
+
+    def _kill(self, pid: int, sig: int) -> None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _drain(self) -> None:
+        self.state = "draining"
+        sdnotify.notify("STOPPING=1")
+        log(f"draining (up to {self.cfg.fleet.drain_timeout_s:g}s)")
+        self.respawn_at.clear()
+        workers = self._workers()
+        for child in workers:
+            self._kill(child.pid, signal.SIGTERM)
+        if not workers:
+            self._stop_support()
+        self.kill_at = time.monotonic() + self.cfg.fleet.drain_timeout_s + QUIT_GRACE_S
+
+    def _quit(self) -> None:
+        self.state = "quitting"
+        sdnotify.notify("STOPPING=1")
+        log("stopping now")
+        self.respawn_at.clear()
+        for child in self.children.values():
+            self._kill(child.pid, signal.SIGQUIT)
+        self.kill_at = time.monotonic() + QUIT_GRACE_S
+
+    def _stop_support(self) -> None:
+        """Once no worker is left, the processes that only serve workers go too."""
+        for child in self.children.values():
+            if child.role != "worker":
+                self._kill(child.pid, signal.SIGTERM)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            if child.slot >= 0:
+                self.shared.counter_reader().zero_gauges(child.slot)
+                self.free_slots.append(child.slot)
+            if self.state != "running":
+                if not self._workers():
+                    self._stop_support()
+                continue
+            if child.retiring:
+                continue
+            if pid in self.replacing:  # a replacement died before it listened: stop the rolling reload
+                self.replacing.pop(pid)
+                self.reload_queue.clear()
+                log(f"reload: replacement worker {child.index} exited ({code}) before listening; reload stopped")
+                continue
+            self._schedule_respawn(child, code)
+
+    def _schedule_respawn(self, child: Child, code: int) -> None:
+        key = (child.role, child.index)
+        lived = time.monotonic() - child.started
+        failures = 0 if lived >= STABLE_AFTER_S else self.failures.get(key, 0) + 1
+        self.failures[key] = failures
+        delay = min(0.1 * (2**failures) if failures else 0.0, self.cfg.fleet.restart_backoff_max_s)
+        log(f"{child.role} {child.index} (pid {child.pid}) exited with {code}; restarting in {delay:.1f}s")
+        self.respawn_at[key] = time.monotonic() + delay
+
+    # ---- reload --------------------------------------------------------------------------------------
+
+    def _reload(self) -> None:
+        if self.config_path is None:
+            new_cfg = self.cfg
+        else:
+            try:
+                new_cfg = load_file(self.config_path)
+            except ConfigError as exc:
+                log(f"reload refused, keeping the running config: {exc}")
+                return
+        wanted = new_cfg.worker_count()
+        if 2 * wanted + 2 > self.slots:
+            log(f"reload refused: fleet.workers={wanted} needs a restart (shared memory sized for fewer)")
+            return
+        if new_cfg.shm != self.cfg.shm:
+            log("reload: [shm] sizes apply at the next restart")
+        sources_changed = new_cfg.sources != self.cfg.sources
+        self.cfg = new_cfg
+        self.workers_wanted = wanted
+        for child in list(self.children.values()):
+            if child.role == "resolver":
+                self._kill(child.pid, signal.SIGTERM if sources_changed else signal.SIGHUP)
+            elif child.role == "worker" and child.index >= wanted and not child.retiring:
+                self._retire(child.pid)
+        log(f"reloading: replacing {wanted} workers one at a time")
+        self.reload_queue = list(range(wanted))
+        self._continue_reload()
+
+    def _continue_reload(self) -> None:
+        if self.replacing or self.state != "running":
+            return
+        while self.reload_queue:
+            index = self.reload_queue.pop(0)
+            old = [c for c in self._workers() if c.index == index and not c.retiring]
+            new_pid = self._spawn_worker(index)
+            if old:
+                self.replacing[new_pid] = old[0].pid
+                return  # the next one starts when this replacement listens
+
+    def _retire(self, pid: int) -> None:
+        child = self.children.get(pid)
+        if child is not None:
+            child.retiring = True
+            self._kill(pid, signal.SIGTERM)
+
+    # ---- memory --------------------------------------------------------------------------------------
+
+    def _check_rss(self) -> None:
+        limit = self.cfg.fleet.rss_limit_mb * 1024 * 1024
+        for child in list(self.children.values()):
+            try:
+                child.rss = psutil.Process(child.pid).memory_info().rss
+            except psutil.Error:
+                continue
+            if limit and child.role == "worker" and child.rss > limit and not child.retiring and not self.replacing:
+                log(f"worker {child.index} RSS {child.rss >> 20} MiB over {limit >> 20} MiB: replacing it")
+                self.reload_queue.append(child.index)
+                self._continue_reload()
+
+
+def run(config_path: str | None, cfg: Config) -> int:
+    return Arbiter(cfg, config_path).run()

@@ -1,0 +1,48 @@
+"""``sentin8-proxy``: run | check-config | demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from sentin8.config import Config, ConfigError, load_file, to_toml_dict
+
+EXIT_CONFIG = 2
+
+
+def _load(path: str) -> Config:
+    try:
+        return load_file(path)
+    except ConfigError as exc:
+        print(f"sentin8-proxy: config error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sentin8-proxy", description="Sentin8:Proxy, the platform's ingress")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_run = sub.add_parser("run", help="run the fleet in the foreground (systemd runs this)")
+    p_run.add_argument("--config", required=True, metavar="FILE")
+    p_check = sub.add_parser("check-config", help="validate FILE and print the effective config")
+    p_check.add_argument("file", metavar="FILE")
+    p_demo = sub.add_parser("demo", help="the embedded default: fleet + a demo TLS backend, unprivileged ports")
+    p_demo.add_argument("--https-port", type=int, default=8443)
+    p_demo.add_argument("--workers", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    if args.command == "check-config":
+        cfg = _load(args.file)
+        print(json.dumps(to_toml_dict(cfg), indent=2))
+        return 0
+    if args.command == "run":
+        from .arbiter import run
+
+        return run(args.config, _load(args.config))
+    from .demo import run_demo
+
+    return run_demo(args.https_port, args.workers)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Real peers for integration tests: TLS backends that terminate their own TLS, and a running fleet."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from supervisor.demo import write_demo_cert
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02, what: str = ""):
+    """Poll with a deadline: for conditions that have no event to wait on (another process's state)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+class TLSBackend:
+    """A backend service that terminates its own TLS (classical, stdlib ssl) and answers every chunk it
+    receives with ``<name>:<chunk>``. Records its connection count."""
+
+    def __init__(self, name: str, hostname: str, workdir: str) -> None:
+        self.name = name
+        self.cert_path, self.key_path = write_demo_cert(tempfile.mkdtemp(dir=workdir), hostname)
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(self.cert_path, self.key_path)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(512)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with self._lock:
+                self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            with self.ctx.wrap_socket(conn, server_side=True) as tls:
+                while True:
+                    data = tls.recv(65536)
+                    if not data:
+                        return
+                    tls.sendall(self.name.encode() + b":" + data)
+        except (OSError, ssl.SSLError):
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+    @property
+    def cert_der(self) -> bytes:
+        return ssl.PEM_cert_to_DER_cert(Path(self.cert_path).read_text())
+
+
+def tls_client(port: int, sni: str, host: str = "127.0.0.1", timeout: float = 5.0) -> ssl.SSLSocket:
+    """An internal client (loopback): classical TLS straight through to the backend's own certificate."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    raw = socket.create_connection((host, port), timeout=timeout)
+    return ctx.wrap_socket(raw, server_hostname=sni)
+
+
+def roundtrip(port: int, sni: str, payload: bytes = b"ping") -> bytes:
+    with tls_client(port, sni) as s:
+        s.sendall(payload)
+        return s.recv(65536)
+
+
+def connection_closed(sock: socket.socket, timeout: float = 5.0) -> bool:
+    """True when the peer closed (EOF or reset) within ``timeout``."""
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+class Fleet:
+    """``sentin8-proxy run`` as a real subprocess on free ports."""
+
+    def __init__(self, workdir: str, body: str, workers: int = 2, extra: str = "") -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.config = os.path.join(workdir, "proxy.toml")
+        Path(self.config).write_text(
+            f"""
+[listen]
+https = "127.0.0.1:{self.port}"
+http = ""
+mgmt = ""
+[fleet]
+workers = {workers}
+drain_timeout_s = 10
+[limits]
+peek_timeout_s = 2
+[tls]
+cert_dir = "{workdir}/certs"
+state_dir = "{workdir}/state"
+{extra}
+{body}
+"""
+        )
+        self.log_path = os.path.join(workdir, "proxy.log")
+        self.log = open(self.log_path, "w+")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "supervisor.cli", "run", "--config", self.config],
+            cwd=REPO,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_until(lambda: "ready:" in self.output() or self.proc.poll() is not None, 20, what="fleet ready")
+        if self.proc.poll() is not None:
+            raise AssertionError(f"fleet exited {self.proc.returncode}:\n{self.output()}")
+
+    def output(self) -> str:
+        return Path(self.log_path).read_text()
+
+    def children(self) -> dict[int, str]:
+        out = {}
+        for pid in subprocess.run(
+            ["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True
+        ).stdout.split():
+            with contextlib.suppress(OSError):
+                out[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        return out
+
+    def workers(self) -> dict[int, str]:
+        return {pid: title for pid, title in self.children().items() if re.search(r": worker \d+", title)}
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode

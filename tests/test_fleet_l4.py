@@ -1,0 +1,214 @@
+"""The walking skeleton end to end: real fleet processes, real sockets, backends with their own TLS."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+import time
+from pathlib import Path
+
+from tests.peers import connection_closed, roundtrip, tls_client, wait_until
+
+
+def two_services(a, b) -> str:
+    return f"""
+[[instances]]
+service = "alpha"
+id = "alpha-1"
+host = "127.0.0.1"
+port = {a.port}
+tls = true
+[[instances]]
+service = "beta"
+id = "beta-1"
+host = "127.0.0.1"
+port = {b.port}
+tls = true
+[[domains]]
+hostname = "alpha.test"
+service = "alpha"
+[[domains]]
+hostname = "*.beta.test"
+service = "beta"
+"""
+
+
+def test_workers_are_titled_and_pinned(backend_factory, fleet_factory):
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b), workers=2)
+    workers = fleet.workers()
+    assert len(workers) == 2
+    cpus = sorted(os.sched_getaffinity(0))
+    for index in range(2):
+        pid = next(p for p, t in workers.items() if f"worker {index} " in t)
+        cpu = cpus[index % len(cpus)]
+        assert f"sentin8-proxy: worker {index} [cpu {cpu}]" in workers[pid]
+        allowed = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if "Cpus_allowed_list" in line)
+        assert allowed.split()[-1] == str(cpu)
+    titles = set(fleet.children().values())
+    assert any("sentin8-proxy: resolver" in t for t in titles)
+    assert "sentin8-proxy: supervisor" in Path(f"/proc/{fleet.proc.pid}/cmdline").read_text()
+
+
+def test_internal_client_reaches_the_right_backend_and_its_own_certificate(backend_factory, fleet_factory):
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b))
+    for _ in range(5):
+        with tls_client(fleet.port, "alpha.test") as s:
+            assert s.getpeercert(binary_form=True) == a.cert_der  # the proxy never terminated it
+            s.sendall(b"hello")
+            assert s.recv(100) == b"a:hello"
+        with tls_client(fleet.port, "X.Beta.Test") as s:  # wildcard, case-insensitive
+            assert s.getpeercert(binary_form=True) == b.cert_der
+            s.sendall(b"hello")
+            assert s.recv(100) == b"b:hello"
+
+
+def test_unknown_or_missing_sni_is_closed(backend_factory, fleet_factory):
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b))
+    for sni in ("nope.test", "beta.test", "a.b.beta.test"):  # a wildcard answers one label only
+        try:
+            roundtrip(fleet.port, sni)
+            raise AssertionError(f"{sni} was routed")
+        except (ssl.SSLError, ConnectionError, OSError):
+            pass
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    raw = socket.create_connection(("127.0.0.1", fleet.port), timeout=5)
+    try:
+        with ctx.wrap_socket(raw):  # no server_hostname: no SNI
+            raise AssertionError("a hello without SNI was routed")
+    except (ssl.SSLError, ConnectionError, OSError):
+        pass
+    assert a.connections == 0 and b.connections == 0
+
+
+def _client_hello_bytes(sni: str) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO, bytes]:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(incoming, outgoing, server_hostname=sni)
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return obj, incoming, outgoing, outgoing.read()
+
+
+def test_dribbled_client_hello_still_routes(backend_factory, fleet_factory):
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b))
+    obj, incoming, outgoing, hello = _client_hello_bytes("alpha.test")
+    sock = socket.create_connection(("127.0.0.1", fleet.port), timeout=5)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for i in range(0, len(hello), 7):  # many segments, each its own write
+        sock.sendall(hello[i : i + 7])
+        time.sleep(0.002)  # traffic shape (a slow peer), not synchronisation
+    while True:  # finish the handshake through the proxy with the same TLS object
+        try:
+            obj.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            if outgoing.pending:
+                sock.sendall(outgoing.read())
+            data = sock.recv(65536)
+            assert data, "proxy closed a dribbled hello"
+            incoming.write(data)
+    if outgoing.pending:
+        sock.sendall(outgoing.read())
+    obj.write(b"slow")
+    sock.sendall(outgoing.read())
+    while True:
+        try:
+            assert obj.read(100) == b"a:slow"
+            break
+        except ssl.SSLWantReadError:
+            incoming.write(sock.recv(65536))
+    sock.close()
+
+
+def test_silent_peer_closed_at_deadline_without_blocking_others(backend_factory, fleet_factory):
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b), workers=1)  # one worker: a blocked loop would show
+    silent = [socket.create_connection(("127.0.0.1", fleet.port)) for _ in range(20)]
+    started = time.monotonic()
+    assert roundtrip(fleet.port, "alpha.test", b"meanwhile") == b"a:meanwhile"
+    assert time.monotonic() - started < 1.5
+    for s in silent:
+        assert connection_closed(s, timeout=6)
+        s.close()
+    assert time.monotonic() - started >= 1.5  # peek_timeout_s = 2 in the test config
+    garbage = socket.create_connection(("127.0.0.1", fleet.port))
+    garbage.sendall(b"GET / HTTP/1.1\r\nHost: alpha.test\r\n\r\n")
+    assert connection_closed(garbage, timeout=1)  # not TLS: closed at once, not at the deadline
+    garbage.close()
+
+
+def test_one_dead_instance_of_two_every_connection_succeeds(backend_factory, fleet_factory):
+    a = backend_factory("a", "alpha.test")
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead_port = dead.getsockname()[1]
+    dead.close()  # nothing listens there: connect is refused
+    fleet = fleet_factory(
+        f"""
+[[instances]]
+service = "alpha"
+id = "alpha-dead"
+host = "127.0.0.1"
+port = {dead_port}
+[[instances]]
+service = "alpha"
+id = "alpha-1"
+host = "127.0.0.1"
+port = {a.port}
+[[domains]]
+hostname = "alpha.test"
+service = "alpha"
+"""
+    )
+    for i in range(20):
+        assert roundtrip(fleet.port, "alpha.test", b"%d" % i) == b"a:%d" % i
+
+
+def test_killed_worker_is_replaced_and_traffic_continues(backend_factory, fleet_factory):
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b))
+    before = fleet.workers()
+    victim = next(iter(before))
+    os.kill(victim, signal.SIGKILL)
+    after = wait_until(
+        lambda: (w := fleet.workers()) and len(w) == 2 and victim not in w and w, 10, what="worker respawn"
+    )
+    assert victim not in after
+    for _ in range(10):
+        assert roundtrip(fleet.port, "alpha.test") == b"a:ping"
+
+
+def test_sigterm_lets_an_open_pipe_finish_then_exits_zero(backend_factory, fleet_factory):
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b))
+    with tls_client(fleet.port, "alpha.test") as s:
+        s.sendall(b"before")
+        assert s.recv(100) == b"a:before"
+        fleet.signal(signal.SIGTERM)
+        wait_until(lambda: "draining" in fleet.output(), 5, what="drain")
+        # new connections are no longer accepted once the listeners close
+        wait_until(lambda: _refused(fleet.port), 5, what="listeners closed")
+        for i in range(3):  # the open pipe keeps working during the drain
+            s.sendall(b"during%d" % i)
+            assert s.recv(100) == b"a:during%d" % i
+    assert fleet.proc.wait(15) == 0
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return False
+    except ConnectionRefusedError:
+        return True

@@ -1,0 +1,175 @@
+"""The L4 path's raw pipe: bytes both ways between two sockets, zero copy through kernel pipes (os.splice).
+
+Each direction moves socket -> pipe -> socket with splice, driven by readiness callbacks (no timeouts, no
+polling: a pipe may stay idle for days — SSE, WebSocket). When the destination cannot take more, the
+direction stops reading its source until the destination is writable again: that is the backpressure.
+Half-close: an EOF in one direction becomes shutdown(SHUT_WR) on the other side; the pipe closes both
+sockets once both directions have ended, or at once on an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import os
+import socket
+from collections.abc import Callable
+
+SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+PIPE_SIZE = 1 << 20
+CHUNK = 1 << 20
+_RETRY = (errno.EAGAIN, errno.EINTR)
+
+
+class PipePool:
+    """Kernel pipe pairs, reused: creating and sizing a pipe costs more than the splice calls of a short
+    connection. Only empty pipes come back to the pool."""
+
+    def __init__(self, keep: int = 256) -> None:
+        self._free: list[tuple[int, int]] = []
+        self.keep = keep
+
+    def get(self) -> tuple[int, int]:
+        if self._free:
+            return self._free.pop()
+        r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        except OSError:
+            pass  # above pipe-max-size for this user: the default size still works
+        return r, w
+
+    def put(self, pair: tuple[int, int], empty: bool) -> None:
+        if empty and len(self._free) < self.keep:
+            self._free.append(pair)
+        else:
+            os.close(pair[0])
+            os.close(pair[1])
+
+    def close(self) -> None:
+        while self._free:
+            r, w = self._free.pop()
+            os.close(r)
+            os.close(w)
+
+
+class _Direction:
+    __slots__ = ("bytes", "dst", "dst_fd", "ended", "loop", "owner", "pending", "pipe", "reading", "src", "src_fd")
+
+    def __init__(self, owner: SplicePipe, src: socket.socket, dst: socket.socket, pipe: tuple[int, int]) -> None:
+        self.owner = owner
+        self.loop = owner.loop
+        self.src, self.dst = src, dst
+        self.src_fd, self.dst_fd = src.fileno(), dst.fileno()
+        self.pipe = pipe
+        self.pending = 0  # bytes sitting in the kernel pipe
+        self.ended = False
+        self.reading = False
+        self.bytes = 0
+
+    def start(self) -> None:
+        self.reading = True
+        self.loop.add_reader(self.src_fd, self.on_readable)
+
+    def stop_reading(self) -> None:
+        if self.reading:
+            self.reading = False
+            self.loop.remove_reader(self.src_fd)
+
+    def on_readable(self) -> None:
+        try:
+            n = os.splice(self.src_fd, self.pipe[1], CHUNK, flags=SPLICE_FLAGS)
+        except OSError as exc:
+            if exc.errno in _RETRY:
+                return
+            self.owner.abort()
+            return
+        if n == 0:
+            self.stop_reading()
+            self.ended = True
+            if self.pending == 0:
+                self.owner.direction_done(self)
+            return
+        self.pending += n
+        self.bytes += n
+        self.flush()
+
+    def flush(self) -> None:
+        while self.pending:
+            try:
+                m = os.splice(self.pipe[0], self.dst_fd, self.pending, flags=SPLICE_FLAGS)
+            except OSError as exc:
+                if exc.errno in _RETRY:
+                    # destination full: stop reading the source until it drains
+                    self.stop_reading()
+                    self.loop.add_writer(self.dst_fd, self.on_writable)
+                    return
+                self.owner.abort()
+                return
+            self.pending -= m
+
+    def on_writable(self) -> None:
+        self.loop.remove_writer(self.dst_fd)
+        self.flush()
+        if self.pending:
+            return
+        if self.ended:
+            self.owner.direction_done(self)
+        elif not self.reading and not self.owner.closed:
+            self.start()
+
+    def detach(self) -> None:
+        self.stop_reading()
+        self.loop.remove_writer(self.dst_fd)
+
+
+class SplicePipe:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        client: socket.socket,
+        backend: socket.socket,
+        pipes: PipePool,
+        on_close: Callable[[SplicePipe], None],
+    ) -> None:
+        self.loop = loop
+        self.client, self.backend = client, backend
+        self.pipes = pipes
+        self.on_close = on_close
+        self.closed = False
+        self.upstream = _Direction(self, client, backend, pipes.get())
+        self.downstream = _Direction(self, backend, client, pipes.get())
+
+    def start(self) -> None:
+        self.upstream.start()
+        self.downstream.start()
+
+    def direction_done(self, d: _Direction) -> None:
+        if self.closed:
+            return
+        try:
+            d.dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        if self.upstream.ended and self.downstream.ended and not self.upstream.pending and not self.downstream.pending:
+            self._close()
+
+    def abort(self) -> None:
+        if not self.closed:
+            for s in (self.client, self.backend):
+                try:  # RST, so the peer that is still talking learns at once
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                except OSError:
+                    pass
+            self._close()
+
+    def _close(self) -> None:
+        self.closed = True
+        for d in (self.upstream, self.downstream):
+            d.detach()
+        for d in (self.upstream, self.downstream):
+            self.pipes.put(d.pipe, empty=d.pending == 0)
+        self.client.close()
+        self.backend.close()
+        self.on_close(self)

@@ -1,0 +1,25 @@
+"""Listening sockets: every worker binds the same address itself with SO_REUSEPORT."""
+
+from __future__ import annotations
+
+import socket
+
+from sentin8.config import parse_hostport
+
+
+def bind_reuseport(address: str, key: str, backlog: int = 4096) -> socket.socket:
+    host, port = parse_hostport(address, key)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # "[::]" is dual stack
+        sock.bind((host, port))
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -1,0 +1,212 @@
+"""The data-plane process: accept on :443, peek, classify, resolve, then the L4 pipe or the L7 bridge.
+
+Thin I/O around sentin8's sans-IO logic. One uvloop loop per process, pinned to one CPU by the supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import signal
+import socket
+import sys
+import time
+
+import uvloop
+
+from sentin8 import lifecycle, routing
+from sentin8.config import Config
+from sentin8.netclass import Classifier
+from sentin8.routing import Instance, RoutingTable
+from sentin8.selection import Selector
+from sentin8.shm.snapshot import SnapshotCache
+from sentin8.shm.state import SharedState
+
+from .l4_pipe import PipePool, SplicePipe
+from .listener import bind_reuseport
+from .peek import PeekFailed, peek_client_hello
+
+ACCEPT_BATCH = 64
+
+
+def _decode_paused_gc(data: bytes) -> RoutingTable:
+    # a 10k-name table allocates ~100k objects: without this a GC pass lands mid-decode and doubles the stall
+    gc.disable()
+    try:
+        return routing.decode(data)
+    finally:
+        gc.enable()
+
+
+class Worker:
+    def __init__(self, cfg: Config, shared: SharedState, index: int, slot: int, status_fd: int) -> None:
+        self.cfg = cfg
+        self.index = index
+        self.status_fd = status_fd
+        self.counters = shared.worker_counters(slot)
+        self.counters.zero_gauges()
+        self.routes = SnapshotCache(shared.snapshot_reader(), _decode_paused_gc)
+        self.selector = Selector(shared.suspects(), cfg.sources.health_fresh_s, cfg.sources.suspect_ttl_s)
+        self.classifier = Classifier(cfg.network.internal_cidrs)
+        self.pipes = PipePool()
+        self.listeners: list[socket.socket] = []
+        self.open = 0  # connections this worker holds, any stage: drain waits for zero
+        self.draining = False
+        self.loop: asyncio.AbstractEventLoop
+        self.stopped: asyncio.Future[int]
+
+    # ---- process lifecycle -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        return uvloop.run(self._main())
+
+    async def _main(self) -> int:
+        self.loop = asyncio.get_running_loop()
+        self.stopped = self.loop.create_future()
+        self.listeners.append(bind_reuseport(self.cfg.listen.https, "listen.https"))
+        for sock in self.listeners:
+            self.loop.add_reader(sock.fileno(), self._on_accept, sock)
+        self.loop.add_signal_handler(signal.SIGTERM, self.begin_drain)
+        self.loop.add_signal_handler(signal.SIGINT, self.begin_drain)
+        self.loop.add_signal_handler(signal.SIGQUIT, self._stop_now)
+        self.loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the supervisor replaces us instead
+        lifecycle.send(self.status_fd, lifecycle.WORKER_LISTENING)
+        code = await self.stopped
+        self.pipes.close()
+        return code
+
+    def _close_listeners(self) -> None:
+        for sock in self.listeners:
+            self.loop.remove_reader(sock.fileno())
+            sock.close()
+        self.listeners.clear()
+
+    def begin_drain(self) -> None:
+        """Stop accepting; let every held connection finish; exit at zero or at drain_timeout_s."""
+        if self.draining:
+            return
+        self.draining = True
+        self._close_listeners()
+        self.loop.call_later(self.cfg.fleet.drain_timeout_s, self._finish, 0)
+        self._maybe_finished()
+
+    def _stop_now(self) -> None:
+        self._close_listeners()
+        self._finish(0)
+
+    def _finish(self, code: int) -> None:
+        if not self.stopped.done():
+            self.stopped.set_result(code)
+
+    def _maybe_finished(self) -> None:
+        if self.draining and self.open == 0:
+            self._finish(0)
+
+    # ---- accept --------------------------------------------------------------------------------------
+
+    def _on_accept(self, listener: socket.socket) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, addr = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE and friends: leave the rest queued, say so
+                print(f"sentin8-proxy: worker {self.index}: accept failed: {exc}", file=sys.stderr, flush=True)
+                return
+            conn.setblocking(False)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.counters.inc("accepted")
+            self._hold(+1)
+            self.loop.create_task(self._handle(conn, addr))
+
+    def _hold(self, delta: int) -> None:
+        self.open += delta
+        self.counters.add_gauge("open_connections", delta)
+        if delta < 0:
+            self._maybe_finished()
+
+    # ---- one connection ------------------------------------------------------------------------------
+
+    async def _handle(self, conn: socket.socket, addr: tuple) -> None:
+        handed_off = False
+        try:
+            limits = self.cfg.limits
+            try:
+                hello = await peek_client_hello(self.loop, conn, limits.peek_max_bytes, limits.peek_timeout_s)
+            except PeekFailed as exc:
+                self.counters.inc(exc.reason)
+                return
+            if not self.classifier.is_internal(addr[0]):
+                handed_off = self.serve_external(conn, addr, hello.sni)
+                return
+            self.counters.inc("connections_l4")
+            handed_off = await self._serve_l4(conn, hello.sni)
+        except Exception as exc:  # a bug must cost one connection, never the worker
+            print(f"sentin8-proxy: worker {self.index}: connection error: {exc!r}", file=sys.stderr, flush=True)
+        finally:
+            if not handed_off:
+                conn.close()
+                self._hold(-1)
+
+    def serve_external(self, conn: socket.socket, addr: tuple, sni: str | None) -> bool:
+        """The L7 seam: external connections are TLS-terminated and bridged. Returns True when the
+        connection was handed to something that will release it (``_hold(-1)``) itself."""
+        self.counters.inc("external_refused")
+        return False
+
+    async def _serve_l4(self, conn: socket.socket, sni: str | None) -> bool:
+        if sni is None:
+            self.counters.inc("no_sni")
+            return False
+        table = self.routes.current()
+        route = table.resolve(sni) if table is not None else None
+        if route is None:
+            self.counters.inc("unknown_sni")  # fail closed: never a default mapping
+            return False
+        backend = await self.connect_backend(route.service, table)
+        if backend is None:
+            return False
+        self.counters.add_gauge("l4_active", 1)
+        SplicePipe(self.loop, conn, backend, self.pipes, self._pipe_closed).start()
+        return True
+
+    def _pipe_closed(self, pipe: SplicePipe) -> None:
+        self.counters.inc("l4_bytes_in", pipe.upstream.bytes)
+        self.counters.inc("l4_bytes_out", pipe.downstream.bytes)
+        self.counters.add_gauge("l4_active", -1)
+        self._hold(-1)
+
+    # ---- backends ------------------------------------------------------------------------------------
+
+    def candidates(self, service: str, table: RoutingTable | None = None) -> list[Instance]:
+        table = table or self.routes.current()
+        if table is None:
+            return []
+        order, all_suspect = self.selector.order(service, table.instances(service), time.time())
+        if all_suspect:
+            self.counters.inc("all_suspect_fallback")
+        return order
+
+    async def connect_backend(self, service: str, table: RoutingTable) -> socket.socket | None:
+        """Connect to the first candidate that answers; each failure marks a suspect for every worker."""
+        order = self.candidates(service, table)
+        if not order:
+            self.counters.inc("no_backend")
+            return None
+        timeout = self.cfg.upstream.connect_timeout_s
+        for inst in order:
+            sock = socket.socket(socket.AF_INET6 if ":" in inst.host else socket.AF_INET, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            try:
+                await asyncio.wait_for(self.loop.sock_connect(sock, (inst.host, inst.port)), timeout)
+            except (OSError, TimeoutError):
+                sock.close()
+                self.counters.inc("backend_connect_errors")
+                self.selector.mark_suspect(inst.id, time.time())
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        return None
