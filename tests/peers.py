@@ -154,9 +154,7 @@ state_dir = "{workdir}/state"
 
     def children(self) -> dict[int, str]:
         out = {}
-        for pid in subprocess.run(
-            ["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True
-        ).stdout.split():
+        for pid in subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout.split():
             with contextlib.suppress(OSError):
                 out[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
         return out

@@ -45,7 +45,9 @@ def test_workers_are_titled_and_pinned(backend_factory, fleet_factory):
         pid = next(p for p, t in workers.items() if f"worker {index} " in t)
         cpu = cpus[index % len(cpus)]
         assert f"sentin8-proxy: worker {index} [cpu {cpu}]" in workers[pid]
-        allowed = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if "Cpus_allowed_list" in line)
+        allowed = next(
+            line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if "Cpus_allowed_list" in line
+        )
         assert allowed.split()[-1] == str(cpu)
     titles = set(fleet.children().values())
     assert any("sentin8-proxy: resolver" in t for t in titles)

@@ -1,0 +1,122 @@
+"""The sans-IO SNI extractor against real ClientHellos, reshaped every way a network can reshape them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sentin8 import clienthello
+from sentin8.clienthello import ClientHello, ClientHelloError, Incomplete
+from tests.hellos import classical_hello, pq_hello, reframe, with_extension_first
+
+PQ = pq_hello("shop.apps.example.com")
+CLASSICAL = classical_hello("shop.apps.example.com")
+
+
+def test_real_hellos_give_the_sni():
+    for hello in (PQ, CLASSICAL):
+        result = clienthello.parse(hello)
+        assert isinstance(result, ClientHello)
+        assert result.sni == "shop.apps.example.com"
+        assert result.size == len(hello)
+
+
+def test_pq_hello_is_large_enough_to_span_segments():
+    assert len(PQ) > 1400  # bigger than one typical TCP segment's payload
+
+
+@pytest.mark.parametrize(
+    "hello",
+    [PQ, CLASSICAL, reframe(PQ, 100), reframe(CLASSICAL, 1)],
+    ids=["pq", "classical", "pq-100b-records", "classical-1b-records"],
+)
+def test_every_prefix_is_incomplete_and_the_whole_parses(hello):
+    for cut in range(len(hello)):
+        result = clienthello.parse(hello[:cut])
+        assert isinstance(result, Incomplete), cut
+        assert result.missing >= 1
+        assert cut + result.missing <= len(hello), f"asked for more than needed at {cut}"
+    assert clienthello.parse(hello).sni == "shop.apps.example.com"
+
+
+def test_bytes_after_the_hello_are_ignored():
+    assert clienthello.parse(PQ + b"\x14\x03\x03\x00\x01\x01").sni == "shop.apps.example.com"
+
+
+def test_split_across_records_gives_the_same_answer():
+    for size in (1, 2, 5, 64, 512, 1000):
+        assert clienthello.parse(reframe(PQ, size)).sni == "shop.apps.example.com"
+
+
+def test_grease_extension_is_skipped():
+    greased = with_extension_first(PQ, 0x0A0A, b"")
+    assert clienthello.parse(greased).sni == "shop.apps.example.com"
+    greased = with_extension_first(CLASSICAL, 0xFAFA, b"\x00")
+    assert clienthello.parse(greased).sni == "shop.apps.example.com"
+
+
+def test_no_sni():
+    assert clienthello.parse(pq_hello(None)).sni is None
+    assert clienthello.parse(classical_hello(None)).sni is None
+
+
+def test_sni_is_normalised():
+    assert clienthello.parse(classical_hello("Shop.Example.COM")).sni == "shop.example.com"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"\x16\x02\x00",  # SSLv2-ish version
+        b"\x17\x03\x03\x00\x05hello",  # application data first
+        b"\x16\x03\x01\x00\x00",  # empty record
+        b"\x16\x03\x01\x50\x00",  # record longer than TLS allows
+        b"\x16\x03\x01\x00\x04\x02\x00\x00\x00",  # ServerHello, not ClientHello
+    ],
+)
+def test_garbage_is_rejected_early(data):
+    with pytest.raises(ClientHelloError):
+        clienthello.parse(data)
+
+
+def test_duplicate_extension_rejected():
+    dup = with_extension_first(PQ, 0x0000, b"\x00\x05\x00\x00\x02ab")  # a second server_name
+    with pytest.raises(ClientHelloError):
+        clienthello.parse(dup)
+
+
+def test_oversized_hello_stays_incomplete_so_the_byte_cap_decides():
+    huge = with_extension_first(PQ, 0x5A5A, b"\x00" * 40000)  # one 40 KB handshake message
+    framed = reframe(huge, 16384)
+    result = clienthello.parse(framed[:16384])
+    assert isinstance(result, Incomplete)  # the worker's peek_max_bytes closes it
+
+
+def test_truncated_inner_lengths_rejected():
+    msg = bytearray(PQ)
+    msg[5 + 4 + 2 + 32] = 200  # session id length past the end of the message
+    with pytest.raises(ClientHelloError):
+        clienthello.parse(bytes(msg))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.binary(max_size=3000))
+def test_fuzz_random_bytes_only_raise_the_parsers_error(data):
+    try:
+        clienthello.parse(data)
+    except ClientHelloError:
+        pass
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.integers(0, len(PQ) - 1), st.integers(0, 255), st.integers(0, len(PQ)))
+def test_fuzz_mutated_real_hello(pos, value, cut):
+    data = bytearray(PQ)
+    data[pos] = value
+    try:
+        result = clienthello.parse(bytes(data[:cut]) if cut else bytes(data))
+    except ClientHelloError:
+        return
+    assert isinstance(result, ClientHello | Incomplete)

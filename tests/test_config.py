@@ -1,0 +1,80 @@
+"""Configuration: every error names its key and reason; the CLI exits 2 before anything binds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from sentin8.config import ConfigError, load_bytes
+from tests.peers import REPO, free_port
+
+
+def test_defaults_match_the_design():
+    cfg = load_bytes(b"")
+    assert cfg.listen.https == "0.0.0.0:443"
+    assert cfg.limits.peek_max_bytes == 16384
+    assert cfg.policy.max_headers == 100 and cfg.policy.max_header_bytes == 65536
+    assert cfg.sources.poll_interval_s == 30 and cfg.sources.suspect_ttl_s == 30
+    assert "10.0.0.0/8" in cfg.network.internal_cidrs
+
+
+@pytest.mark.parametrize(
+    "toml, key",
+    [
+        (b"[listen]\nhttps = 443\n", "listen.https"),
+        (b'[listen]\nhttps = "nohost"\n', "listen.https"),
+        (b'[listen]\nhttps = "example.com:443"\n', "listen.https"),
+        (b'[listen]\nhttp = "1.2.3.4:99999"\n', "listen.http"),
+        (b"[listen]\nbogus = 1\n", "listen.bogus"),
+        (b"bogus = 1\n", "bogus"),
+        (b'[fleet]\nworkers = "two"\n', "fleet.workers"),
+        (b"[fleet]\nworkers = -1\n", "fleet.workers"),
+        (b'[network]\ninternal_cidrs = ["10.0.0.0/33"]\n', "network.internal_cidrs[0]"),
+        (b'[sources]\nregistry = "etcd"\n', "sources.registry"),
+        (b"[limits]\npeek_timeout_s = 0\n", "limits.peek_timeout_s"),
+        (b"[shm]\nsuspect_slots = 1000\n", "shm.suspect_slots"),
+        (b'[[instances]]\nservice = "a"\nid = "x"\nhost = "localhost"\nport = 1\n', "instances[0].host"),
+        (b'[[instances]]\nservice = "a"\nid = "x"\nport = 1\n', "instances[0].host"),
+        (b'[[domains]]\nhostname = "bad name"\nservice = "a"\n', "domains[0].hostname"),
+        (b"[listen\n", "<config>"),
+    ],
+)
+def test_errors_name_the_key(toml, key):
+    with pytest.raises(ConfigError) as info:
+        load_bytes(toml)
+    assert str(info.value).startswith(f"{key}:"), str(info.value)
+
+
+def test_cli_check_config_prints_effective_config(tmp_path):
+    path = tmp_path / "ok.toml"
+    path.write_text("[fleet]\nworkers = 3\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "check-config", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0
+    assert '"workers": 3' in out.stdout and '"https": "0.0.0.0:443"' in out.stdout
+
+
+def test_cli_run_with_bad_config_exits_2_before_binding(tmp_path):
+    port = free_port()
+    path = tmp_path / "bad.toml"
+    path.write_text(f'[listen]\nhttps = "127.0.0.1:{port}"\n[network]\ninternal_cidrs = ["nope"]\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "run", "--config", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 2
+    assert "network.internal_cidrs[0]" in out.stderr
+    import socket
+
+    with socket.socket() as s:  # nothing bound the port
+        s.bind(("127.0.0.1", port))

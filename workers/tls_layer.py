@@ -1,0 +1,606 @@
+"""TLS over an asyncio/uvloop transport, through pyOpenSSL memory BIOs.
+
+The same idea as stdlib asyncio's ``sslproto`` (which needs the stdlib ``ssl`` module and so cannot speak
+post-quantum TLS): a protocol sits on the raw TCP transport, feeds ciphertext into the connection's incoming
+memory BIO, drains its outgoing BIO into the raw transport, and presents the plaintext to an application
+protocol through ``TLSAppTransport``, which behaves like any asyncio transport.
+
+Nothing here blocks: memory BIOs never wait, so every OpenSSL call returns at once (``WantReadError`` means
+"feed me more ciphertext"). Timeouts are ``loop.call_later`` timers, never polls.
+
+Handing over an accepted socket: the worker peeks the ClientHello with ``MSG_PEEK``, which consumes
+nothing, then calls ``loop.connect_accepted_socket(lambda: proto, sock)``. The transport's first reads
+deliver the ClientHello bytes that were already waiting in the socket, exactly as if they arrived later, so
+no special case is needed for "initial data".
+
+Flow control: plaintext written by the application is encrypted at once into the raw transport, so the raw
+transport's write buffer is the only buffer; its ``pause_writing``/``resume_writing`` are forwarded to the
+application unchanged. ``pause_reading`` on the TLS transport pauses the raw transport and stops handing
+over plaintext already decrypted or buffered, until ``resume_reading``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from cryptography.hazmat.primitives.serialization import Encoding
+from OpenSSL import SSL
+
+from sentin8 import tls
+
+log = logging.getLogger(__name__)
+
+_BIO_READ = 65536  # drain the outgoing BIO in pieces this large (no-zero allocation in pyOpenSSL)
+_RECV = 65536  # one SSL_read returns at most one record (16 KiB); ask for more anyway
+_DELIVER_MAX = 262144  # coalesce decrypted records up to this many bytes per data_received
+
+
+class TLSHandshakeError(ConnectionError):
+    """The TLS handshake failed; ``reason`` is the short text also given to ``on_handshake_error``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def ssl_error_reason(exc: BaseException) -> str:
+    """A short reason from a pyOpenSSL error: the last OpenSSL reason string, e.g. 'no suitable key share'."""
+    if isinstance(exc, SSL.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        last = exc.args[0][-1]
+        if isinstance(last, tuple) and last:
+            return f"tls: {last[-1]}"
+    return f"tls: {exc.__class__.__name__} {exc}".rstrip()
+
+
+class TLSAppTransport(asyncio.Transport):
+    """What the application protocol sees: an asyncio transport carrying plaintext."""
+
+    def __init__(self, layer: _TLSProtocol) -> None:
+        super().__init__()
+        self._layer = layer
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._layer._extra_info(name, default)
+
+    def is_closing(self) -> bool:
+        return self._layer._closing
+
+    def close(self) -> None:
+        self._layer._close()
+
+    def abort(self) -> None:
+        self._layer._abort()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._layer._write(data)
+
+    def writelines(self, list_of_data: Any) -> None:
+        self._layer._write(b"".join(list_of_data))
+
+    def write_eof(self) -> None:
+        self._layer._write_eof()
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def pause_reading(self) -> None:
+        self._layer._pause_reading()
+
+    def resume_reading(self) -> None:
+        self._layer._resume_reading()
+
+    def is_reading(self) -> bool:
+        return not self._layer._app_paused and not self._layer._closing
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        raw = self._layer._raw
+        if raw is not None:
+            raw.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        raw = self._layer._raw
+        return raw.get_write_buffer_limits() if raw is not None else (0, 0)
+
+    def get_write_buffer_size(self) -> int:
+        raw = self._layer._raw
+        size = raw.get_write_buffer_size() if raw is not None else 0
+        return size + sum(len(b) for b in self._layer._pending)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._layer._app = protocol  # type: ignore[assignment]
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._layer._app  # type: ignore[return-value]
+
+
+class _TLSProtocol(asyncio.Protocol):
+    """Shared machinery of the server and client sides; see the module docstring."""
+
+    _server_side = True
+
+    def __init__(
+        self,
+        context: SSL.Context,
+        app_factory: Callable[[], asyncio.Protocol],
+        *,
+        handshake_timeout: float | None = 10.0,
+        on_handshake_error: Callable[[str], None] | None = None,
+        on_handshake_done: Callable[[SSL.Connection], None] | None = None,
+    ) -> None:
+        self._context = context
+        self._app_factory = app_factory
+        self._handshake_timeout = handshake_timeout
+        self._on_handshake_error = on_handshake_error
+        self._on_handshake_done = on_handshake_done
+
+        self._conn: SSL.Connection | None = None
+        self._raw: asyncio.Transport | None = None
+        self._app: asyncio.Protocol | None = None
+        self._app_transport: TLSAppTransport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._hs_future: asyncio.Future[None] | None = None
+
+        self._handshake_done = False
+        self._handshake_failed = False
+        self._fail_reason = ""
+        self._closing = False  # close/abort asked, or the connection is gone
+        self._lost = False
+        self._shutdown_sent = False  # our close_notify is out
+        self._write_eof_called = False
+        self._peer_eof = False  # close_notify or TCP FIN seen from the peer
+        self._eof_delivered = False
+        self._raw_eof = False
+        self._app_paused = False  # the app paused reading
+        self._raw_paused_writing = False
+        self._deliver_scheduled = False
+        self._fatal_exc: BaseException | None = None
+        self._pending: list[bytes] = []  # plaintext OpenSSL could not take yet (WantRead mid-write)
+        self._peercert_der: bytes | None = None
+
+    # -- public ------------------------------------------------------------------------------------
+
+    @property
+    def connection(self) -> SSL.Connection | None:
+        """The pyOpenSSL connection (None before ``connection_made`` and after the connection is gone)."""
+        return self._conn
+
+    @property
+    def handshake_complete(self) -> asyncio.Future[None]:
+        """A future resolved when the handshake succeeds, failed with ``TLSHandshakeError`` otherwise.
+        Created on first access (so nobody pays for it or leaves an unretrieved exception by default)."""
+        if self._hs_future is None:
+            self._hs_future = (self._loop or asyncio.get_running_loop()).create_future()
+            if self._handshake_done:
+                self._hs_future.set_result(None)
+            elif self._handshake_failed:
+                self._hs_future.set_exception(TLSHandshakeError(self._fail_reason))
+        return self._hs_future
+
+    @property
+    def app_transport(self) -> TLSAppTransport | None:
+        return self._app_transport
+
+    # -- raw transport callbacks -------------------------------------------------------------------
+
+    def _setup(self, conn: SSL.Connection) -> None:
+        conn.set_accept_state()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._raw = transport  # type: ignore[assignment]
+        self._loop = asyncio.get_running_loop()
+        conn = SSL.Connection(self._context, None)
+        self._conn = conn
+        try:
+            self._setup(conn)
+        except Exception as exc:  # e.g. a bad client-side verify name: nothing was sent yet
+            self._fail_handshake(f"setup: {exc}")
+            return
+        if self._handshake_timeout is not None:
+            self._timer = self._loop.call_later(self._handshake_timeout, self._on_handshake_timeout)
+        if not self._server_side:
+            self._do_handshake()  # emit the ClientHello
+
+    def data_received(self, data: bytes) -> None:
+        conn = self._conn
+        if conn is None or self._handshake_failed:
+            return
+        try:
+            conn.bio_write(data)
+        except SSL.Error as exc:
+            self._fatal(exc)
+            return
+        if not self._handshake_done:
+            self._do_handshake()
+            if not self._handshake_done:
+                return
+        if self._pending:
+            self._retry_pending()
+        self._deliver()
+
+    def eof_received(self) -> bool:
+        self._raw_eof = True
+        if not self._handshake_done:
+            self._fail_handshake("eof during handshake")
+            return True  # we closed it already
+        # A FIN without close_notify: tell the app anyway (HTTP framing detects truncation). If the app
+        # is paused with plaintext still buffered, the EOF waits behind that data.
+        self._deliver()
+        return True  # closing is ours to do (close_notify first), never the raw transport's
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._closing = True
+        self._cancel_timer()
+        if not self._handshake_done and not self._handshake_failed:
+            self._fail_handshake("connection lost during handshake")
+        app = self._app
+        self._app = None
+        if app is not None:
+            try:
+                app.connection_lost(exc or self._fatal_exc)  # type: ignore[arg-type]
+            finally:
+                self._conn = None
+        else:
+            self._conn = None
+        self._raw = None
+
+    def pause_writing(self) -> None:
+        self._raw_paused_writing = True
+        if self._app is not None:
+            self._app.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._raw_paused_writing = False
+        if self._app is not None:
+            self._app.resume_writing()
+
+    # -- handshake ---------------------------------------------------------------------------------
+
+    def _do_handshake(self) -> None:
+        conn = self._conn
+        assert conn is not None
+        try:
+            conn.do_handshake()
+        except SSL.WantReadError:
+            self._flush()
+            return
+        except SSL.Error as exc:
+            self._flush()  # the alert, so the peer learns why
+            self._fail_handshake(ssl_error_reason(exc))
+            return
+        self._flush()  # last flight, and on the server the session tickets
+        self._complete_handshake()
+
+    def _complete_handshake(self) -> None:
+        self._handshake_done = True
+        self._cancel_timer()
+        conn = self._conn
+        assert conn is not None
+        if self._on_handshake_done is not None:
+            self._on_handshake_done(conn)
+        if self._hs_future is not None and not self._hs_future.done():
+            self._hs_future.set_result(None)
+        if self._closing:  # the callback closed us (e.g. policy)
+            return
+        self._app = self._app_factory()
+        self._app_transport = TLSAppTransport(self)
+        self._app.connection_made(self._app_transport)
+        if self._raw_paused_writing and self._app is not None:
+            self._app.pause_writing()
+
+    def _on_handshake_timeout(self) -> None:
+        self._timer = None
+        if not self._handshake_done:
+            self._fail_handshake("timeout")
+
+    def _fail_handshake(self, reason: str) -> None:
+        if self._handshake_failed:
+            return
+        self._handshake_failed = True
+        self._fail_reason = reason
+        self._closing = True
+        self._cancel_timer()
+        if self._on_handshake_error is not None:
+            self._on_handshake_error(reason)
+        if self._hs_future is not None and not self._hs_future.done():
+            self._hs_future.set_exception(TLSHandshakeError(reason))
+        if self._raw is not None and not self._lost:
+            self._raw.abort()  # a failed peer gets no graceful close: its alert (if any) is already written
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # -- data path ---------------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        """Move everything OpenSSL produced into the raw transport."""
+        conn = self._conn
+        raw = self._raw
+        if conn is None:
+            return
+        while True:
+            try:
+                chunk = conn.bio_read(_BIO_READ)
+            except SSL.WantReadError:
+                return
+            except SSL.Error:
+                return
+            if raw is not None and not raw.is_closing():
+                raw.write(chunk)
+
+    def _deliver(self) -> None:
+        """Hand decrypted plaintext to the app until OpenSSL wants more ciphertext or the app pauses."""
+        conn = self._conn
+        while conn is not None and not self._app_paused and not self._closing and self._app is not None:
+            chunks: list[bytes] = []
+            size = 0
+            want_more = False
+            zero_return = False
+            while size < _DELIVER_MAX:
+                try:
+                    data = conn.recv(_RECV)
+                except SSL.WantReadError:
+                    want_more = True
+                    break
+                except SSL.ZeroReturnError:
+                    zero_return = True
+                    break
+                except SSL.Error as exc:
+                    if chunks:
+                        self._app.data_received(b"".join(chunks))
+                    self._flush()
+                    self._fatal(exc)
+                    return
+                chunks.append(data)
+                size += len(data)
+            if chunks:
+                self._app.data_received(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+            if zero_return:
+                self._peer_eof = True
+                self._deliver_eof()
+                break
+            if want_more:
+                if self._raw_eof:
+                    self._deliver_eof()
+                break
+            conn = self._conn
+        self._flush()  # reads can produce output (key update replies)
+
+    def _deliver_eof(self) -> None:
+        if self._eof_delivered or self._app is None or self._closing:
+            return
+        self._eof_delivered = True
+        keep_open = self._app.eof_received()
+        if not keep_open:
+            self._close()
+
+    def _pause_reading(self) -> None:
+        if self._app_paused:
+            return
+        self._app_paused = True
+        raw = self._raw
+        if raw is not None and not raw.is_closing():
+            raw.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if not self._app_paused:
+            return
+        self._app_paused = False
+        raw = self._raw
+        if raw is not None and not raw.is_closing():
+            raw.resume_reading()
+        # Plaintext may already sit decrypted in OpenSSL: deliver it from the loop, not from inside the
+        # app's own call stack.
+        if not self._deliver_scheduled and self._loop is not None:
+            self._deliver_scheduled = True
+            self._loop.call_soon(self._scheduled_deliver)
+
+    def _scheduled_deliver(self) -> None:
+        self._deliver_scheduled = False
+        if self._handshake_done:
+            self._deliver()
+
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._write_eof_called:
+            raise RuntimeError("write() after write_eof()")
+        if self._closing or self._conn is None or not data:
+            return  # like asyncio transports: writes after close are dropped
+        if self._pending:
+            self._pending.append(bytes(data))
+            return
+        self._encrypt(memoryview(data))
+        self._flush()
+
+    def _encrypt(self, view: memoryview) -> None:
+        conn = self._conn
+        assert conn is not None
+        try:
+            while view:
+                n = conn.send(view)
+                view = view[n:]
+        except SSL.WantReadError:
+            # Mid post-handshake message (key update): keep the rest until the peer's bytes arrive.
+            self._pending.append(bytes(view))
+        except SSL.Error as exc:
+            self._fatal(exc)
+
+    def _retry_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        for i, data in enumerate(pending):
+            self._encrypt(memoryview(data))
+            if self._pending:
+                self._pending.extend(pending[i + 1 :])
+                break
+        self._flush()
+
+    def _send_close_notify(self) -> None:
+        conn = self._conn
+        if conn is None or self._shutdown_sent or not self._handshake_done:
+            return
+        self._shutdown_sent = True
+        if self._pending:
+            self._retry_pending()
+        with contextlib.suppress(SSL.Error):
+            conn.shutdown()  # writes close_notify; we do not wait for the peer's (like every server)
+        self._flush()
+
+    def _write_eof(self) -> None:
+        if self._write_eof_called or self._closing:
+            return
+        self._write_eof_called = True
+        self._send_close_notify()
+        raw = self._raw
+        if raw is not None and not raw.is_closing() and raw.can_write_eof():
+            with contextlib.suppress(OSError, RuntimeError):
+                raw.write_eof()
+
+    def _close(self) -> None:
+        """Graceful: pending plaintext, then close_notify (keeps the session resumable), then FIN."""
+        if self._closing:
+            return
+        self._closing = True
+        self._cancel_timer()
+        self._send_close_notify()
+        raw = self._raw
+        if raw is not None:
+            raw.close()
+
+    def _abort(self) -> None:
+        self._closing = True
+        self._cancel_timer()
+        raw = self._raw
+        if raw is not None:
+            raw.abort()
+
+    def _fatal(self, exc: BaseException) -> None:
+        log.debug("TLS connection error: %s", exc)
+        self._fatal_exc = ConnectionError(ssl_error_reason(exc))
+        if not self._handshake_done:
+            self._fail_handshake(ssl_error_reason(exc))
+            return
+        self._abort()
+
+    # -- extra info --------------------------------------------------------------------------------
+
+    def _extra_info(self, name: str, default: Any) -> Any:
+        conn = self._conn
+        if name in _TLS_KEYS:
+            if conn is None:
+                return default
+            if name == "sni":
+                sni = conn.get_servername()
+                return sni.decode("ascii", "replace") if sni is not None else default
+            if name == "tls_group":
+                return conn.get_group_name() or default
+            if name == "tls_version":
+                return conn.get_protocol_version_name()
+            if name == "tls_cipher":
+                return conn.get_cipher_name() or default
+            if name == "peercert":
+                if self._peercert_der is None:
+                    cert = conn.get_peer_certificate(as_cryptography=True)
+                    if cert is None:
+                        return default
+                    self._peercert_der = cert.public_bytes(Encoding.DER)
+                return self._peercert_der
+            if name == "tls_session":
+                return conn.get_session()
+            if name == "session_reused":
+                return tls.session_reused(conn)
+            if name in ("ssl_object", "tls_connection"):
+                return conn
+        raw = self._raw
+        return raw.get_extra_info(name, default) if raw is not None else default
+
+
+_TLS_KEYS = frozenset(
+    {
+        "sni",
+        "tls_group",
+        "tls_version",
+        "tls_cipher",
+        "peercert",
+        "tls_session",
+        "session_reused",
+        "ssl_object",
+        "tls_connection",
+    }
+)
+
+
+class TLSServerProtocol(_TLSProtocol):
+    """Server side of TLS on an accepted connection.
+
+    ``context`` is the server context (``SNIContexts.front`` for per-SNI certificates). ``app_factory`` is
+    called once the handshake succeeds; the app then gets ``TLSAppTransport`` with the extra-info keys
+    ``peername``, ``sockname``, ``sni``, ``tls_group``, ``tls_version``, ``tls_cipher``, ``peercert`` (client
+    certificate, DER, or None), ``tls_session``, ``session_reused``, ``ssl_object``.
+    ``on_handshake_error(reason)`` is called once for a failed handshake (OpenSSL error, ``"timeout"``
+    after ``handshake_timeout`` seconds, EOF or loss mid-handshake); the raw transport is then aborted.
+    ``on_handshake_done(conn)`` runs before the app is created; it may close the connection.
+    """
+
+    _server_side = True
+
+
+class TLSClientProtocol(_TLSProtocol):
+    """Client side, for bridge-mode upstream connections::
+
+        transport, proto = await loop.create_connection(
+            lambda: TLSClientProtocol(ctx, App, server_hostname="api.internal"), host, port)
+        await proto.handshake_complete
+
+    ``server_hostname`` is sent as SNI (skipped for IP literals); ``verify_name`` additionally requires the
+    peer certificate to name it (only with a verifying context); ``session`` resumes a previous session
+    (``get_extra_info("tls_session")`` of an earlier connection).
+    """
+
+    _server_side = False
+
+    def __init__(
+        self,
+        context: SSL.Context,
+        app_factory: Callable[[], asyncio.Protocol],
+        *,
+        server_hostname: str | None = None,
+        verify_name: str | None = None,
+        session: SSL.Session | None = None,
+        handshake_timeout: float | None = 10.0,
+        on_handshake_error: Callable[[str], None] | None = None,
+        on_handshake_done: Callable[[SSL.Connection], None] | None = None,
+    ) -> None:
+        super().__init__(
+            context,
+            app_factory,
+            handshake_timeout=handshake_timeout,
+            on_handshake_error=on_handshake_error,
+            on_handshake_done=on_handshake_done,
+        )
+        self._server_hostname = server_hostname
+        self._verify_name = verify_name
+        self._session = session
+
+    def _setup(self, conn: SSL.Connection) -> None:
+        conn.set_connect_state()
+        if self._server_hostname and not _is_ip(self._server_hostname):
+            conn.set_tlsext_host_name(self._server_hostname.encode("idna"))
+        if self._verify_name:
+            tls.verify_peer_name(conn, self._verify_name)
+        if self._session is not None:
+            conn.set_session(self._session)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
