@@ -9,6 +9,7 @@ RSS check, kill-after-drain), so the loop sleeps exactly until the next thing to
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import select
 import signal
@@ -27,7 +28,7 @@ from sentin8.shm.state import SharedState
 
 from . import sdnotify
 
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD)
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1)
 RSS_CHECK_S = 10.0
 STABLE_AFTER_S = 5.0  # a child that lived this long resets its crash backoff
 QUIT_GRACE_S = 5.0
@@ -110,7 +111,7 @@ class Arbiter:
         try:
             signal.set_wakeup_fd(-1)
             for sig in HANDLED_SIGNALS:
-                signal.signal(sig, signal.SIG_DFL)
+                signal.signal(sig, signal.SIG_IGN if sig == signal.SIGUSR1 else signal.SIG_DFL)
             os.close(self.sig_r)
             os.close(self.sig_w)
             os.close(self.status_r)
@@ -265,6 +266,19 @@ class Arbiter:
             self._quit()
         elif signum == signal.SIGHUP and self.state == "running":
             self._reload()
+        elif signum == signal.SIGUSR1:
+            self._dump_stats()
+
+    def _dump_stats(self) -> None:
+        """One JSON line of fleet totals (counts and gauges only) and each child's RSS: ``kill -USR1``."""
+        totals = {k: v for k, v in self.shared.counter_reader().total().items() if v}
+        for child in self.children.values():
+            try:
+                child.rss = psutil.Process(child.pid).memory_info().rss
+            except psutil.Error:
+                pass
+        rss = {f"{c.role}-{c.index}-{c.pid}": c.rss >> 10 for c in self.children.values()}
+        print("stats " + json.dumps({"counters": totals, "rss_kib": rss}, sort_keys=True), flush=True)
 
     def _kill(self, pid: int, sig: int) -> None:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -161,6 +162,14 @@ state_dir = "{workdir}/state"
 
     def workers(self) -> dict[int, str]:
         return {pid: title for pid, title in self.children().items() if re.search(r": worker \d+", title)}
+
+    def stats(self) -> dict:
+        """Fleet counter totals, via the supervisor's SIGUSR1 dump."""
+        seen = self.output().count("\nstats ")
+        self.proc.send_signal(signal.SIGUSR1)
+        wait_until(lambda: self.output().count("\nstats ") > seen, 5, what="stats line")
+        line = [ln for ln in self.output().splitlines() if ln.startswith("stats ")][-1]
+        return json.loads(line[len("stats ") :])["counters"]
 
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)

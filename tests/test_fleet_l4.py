@@ -214,3 +214,117 @@ def _refused(port: int) -> bool:
         return False
     except ConnectionRefusedError:
         return True
+
+
+def test_counters_are_shared_and_summed_across_workers(backend_factory, fleet_factory):
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b))
+    for _ in range(6):
+        roundtrip(fleet.port, "alpha.test")
+    for sni in ("nope.test", "nope2.test"):
+        try:
+            roundtrip(fleet.port, sni)
+        except (ssl.SSLError, OSError):
+            pass
+    garbage = socket.create_connection(("127.0.0.1", fleet.port))
+    garbage.sendall(b"\x00" * 10)
+    assert connection_closed(garbage)
+    stats = wait_until(lambda: (s := fleet.stats()).get("l4_bytes_in") and s, 5, what="pipes closed")
+    assert stats["connections_l4"] >= 8
+    assert stats["unknown_sni"] == 2
+    assert stats["peek_garbage"] == 1
+    assert stats["accepted"] >= 9
+    assert stats.get("l4_active", 0) == 0 or stats["l4_active"] <= 1
+
+
+def test_sighup_rereads_file_sources_and_replaces_workers_one_by_one(backend_factory, fleet_factory):
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b))
+    assert roundtrip(fleet.port, "alpha.test") == b"a:ping"
+    old_workers = set(fleet.workers())
+    # point alpha.test at beta's backend, then reload
+    text = (
+        Path(fleet.config)
+        .read_text()
+        .replace('hostname = "alpha.test"\nservice = "alpha"', 'hostname = "alpha.test"\nservice = "beta"')
+    )
+    Path(fleet.config).write_text(text)
+    fleet.signal(signal.SIGHUP)
+    wait_until(lambda: roundtrip(fleet.port, "alpha.test") == b"b:ping", 10, what="new mapping")
+    new = wait_until(
+        lambda: (w := set(fleet.workers())) and not (w & old_workers) and len(w) == 2 and w,
+        15,
+        what="all workers replaced",
+    )
+    assert len(new) == 2
+
+
+def test_file_change_is_picked_up_without_a_signal(backend_factory, fleet_factory):
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b))
+    text = Path(fleet.config).read_text() + '\n[[domains]]\nhostname = "gamma.test"\nservice = "alpha"\n'
+    Path(fleet.config).write_text(text)
+    wait_until(lambda: _routes(fleet.port, "gamma.test"), 10, what="new domain routed")
+
+
+def _routes(port: int, sni: str) -> bool:
+    try:
+        return roundtrip(port, sni) == b"a:ping"
+    except (ssl.SSLError, OSError):
+        return False
+
+
+def test_ready_is_sent_to_systemd_once_workers_listen(backend_factory, tmp_path, monkeypatch):
+    from tests.peers import Fleet
+
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    path = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    monkeypatch.setenv("NOTIFY_SOCKET", path)
+    fleet = Fleet(str(tmp_path), two_services(a, b), 2)
+    try:
+        sock.settimeout(10)
+        msg = sock.recv(4096).decode()
+        assert "READY=1" in msg and f"MAINPID={fleet.proc.pid}" in msg
+        assert roundtrip(fleet.port, "alpha.test") == b"a:ping"  # READY means serving
+        fleet.signal(signal.SIGTERM)
+        assert "STOPPING=1" in sock.recv(4096).decode()
+        assert fleet.proc.wait(15) == 0
+    finally:
+        fleet.stop()
+        sock.close()
+
+
+def test_rolling_reloads_under_load_drop_no_connection(backend_factory, fleet_factory):
+    import threading
+
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b))
+    stop = threading.Event()
+    results = {"ok": 0, "errors": []}
+
+    def load() -> None:
+        while not stop.is_set():
+            try:
+                assert roundtrip(fleet.port, "alpha.test") == b"a:ping"
+                results["ok"] += 1
+            except Exception as exc:  # every failure counts: that is the assertion
+                results["errors"].append(repr(exc))
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(3):
+            done = results["ok"]
+            wait_until(lambda d=done: results["ok"] > d + 30, 20, what="load flowing")
+            before = set(fleet.workers())
+            fleet.signal(signal.SIGHUP)
+            wait_until(lambda b=before: not (set(fleet.workers()) & b), 20, what="workers replaced")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    assert results["ok"] > 90
+    assert results["errors"] == []
