@@ -1,0 +1,114 @@
+"""External test hosts: a network namespace joined to this one by a veth pair, with a non-private address.
+
+The proxy classifies a peer by its source address; an external client must come from an address outside
+every internal CIDR. ``ExternalHost`` makes such a host (198.18.0.0/15, the benchmarking range, which no
+internal CIDR covers) and hands out TCP sockets created *inside* it (a factory process in the namespace sends
+them back over SCM_RIGHTS), so a test connects them like any socket and the proxy sees the external address.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+_counter = itertools.count()
+
+FACTORY = r"""
+import socket, sys
+ctl = socket.socket(fileno=int(sys.argv[1]))
+while True:
+    req = ctl.recv(16)
+    if not req:
+        break
+    family = socket.AF_INET6 if req == b"6" else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    socket.send_fds(ctl, [b"s"], [s.fileno()])
+    s.close()
+"""
+
+
+def available() -> bool:
+    return os.geteuid() == 0 and shutil.which("ip") is not None
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True)
+
+
+class ExternalHost:
+    def __init__(self) -> None:
+        if not available():
+            pytest.skip("external hosts need root and iproute2 (ip netns)")
+        tag = f"{os.getpid():x}{next(_counter)}"
+        self.ns = f"s8x{tag}"
+        self.veth_host, self.veth_ns = f"s8h{tag}"[:15], f"s8n{tag}"[:15]
+        for _attempt in range(20):
+            n = random.randrange(1, 1 << 13)
+            base = (198 << 24) | (18 << 16) | (n << 2)  # a /30 inside 198.18.0.0/15
+            self.gateway_ip = socket.inet_ntoa((base + 1).to_bytes(4, "big"))
+            self.client_ip = socket.inet_ntoa((base + 2).to_bytes(4, "big"))
+            if self._create():
+                break
+            self._destroy()
+        else:
+            raise RuntimeError("could not create a test network namespace")
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._ctl = parent
+        self._factory = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns, sys.executable, "-c", FACTORY, str(child.fileno())],
+            pass_fds=[child.fileno()],
+        )
+        child.close()
+
+    def _create(self) -> bool:
+        steps = [
+            ("netns", "add", self.ns),
+            ("link", "add", self.veth_host, "type", "veth", "peer", "name", self.veth_ns),
+            ("link", "set", self.veth_ns, "netns", self.ns),
+            ("addr", "add", f"{self.gateway_ip}/30", "dev", self.veth_host),
+            ("link", "set", self.veth_host, "up"),
+            ("-n", self.ns, "addr", "add", f"{self.client_ip}/30", "dev", self.veth_ns),
+            ("-n", self.ns, "link", "set", self.veth_ns, "up"),
+            ("-n", self.ns, "link", "set", "lo", "up"),
+            ("-n", self.ns, "route", "add", "default", "via", self.gateway_ip),
+        ]
+        return all(_ip(*step).returncode == 0 for step in steps)  # stops at the first failing step
+
+    def _destroy(self) -> None:
+        _ip("link", "del", self.veth_host)
+        _ip("netns", "del", self.ns)
+
+    def socket(self) -> socket.socket:
+        """A fresh, unconnected TCP socket that lives in the external host."""
+        self._ctl.send(b"4")
+        _, fds, _, _ = socket.recv_fds(self._ctl, 16, 1)
+        return socket.socket(fileno=fds[0])
+
+    def connect(self, port: int, host: str | None = None, timeout: float = 10.0) -> socket.socket:
+        """Connect from the external address to ``host`` (default: this machine's side of the link)."""
+        s = self.socket()
+        s.settimeout(timeout)
+        s.connect((host or self.gateway_ip, port))
+        return s
+
+    def close(self) -> None:
+        self._ctl.close()
+        try:
+            self._factory.wait(5)
+        except subprocess.TimeoutExpired:
+            self._factory.kill()
+        self._destroy()
+
+
+@pytest.fixture
+def external_host():
+    host = ExternalHost()
+    yield host
+    host.close()
