@@ -79,7 +79,8 @@ def cpu_seconds(pids: list[int]) -> float:
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for pid in pids:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
         total += (int(fields[11]) + int(fields[12])) / tick
     return total
 
