@@ -211,10 +211,10 @@ def _check(cfg: Config) -> None:
         raise ConfigError(f"policy.max_header_bytes: must be within 1024..1048576, got {cfg.policy.max_header_bytes}")
     if cfg.shm.snapshot_bytes < 4096:
         raise ConfigError(f"shm.snapshot_bytes: must be >= 4096, got {cfg.shm.snapshot_bytes}")
-    for key in ("suspect_slots", "ratelimit_slots"):
+    for key, least in (("suspect_slots", 64), ("ratelimit_slots", 512)):
         n = getattr(cfg.shm, key)
-        if n < 64 or n & (n - 1):
-            raise ConfigError(f"shm.{key}: must be a power of two >= 64, got {n}")
+        if n < least or n & (n - 1):
+            raise ConfigError(f"shm.{key}: must be a power of two >= {least}, got {n}")
     if bool(cfg.upstream.client_cert) != bool(cfg.upstream.client_key):
         raise ConfigError("upstream.client_cert: client_cert and client_key must be set together")
     seen: set[str] = set()

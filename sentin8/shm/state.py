@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..config import Config
 from . import counters, snapshot
+from .ratelimit import BucketTable
+from .ratelimit import region_bytes as ratelimit_bytes
 from .region import SharedRegion
 from .suspects import SuspectTable
 
@@ -17,7 +19,10 @@ class SharedState:
         self.region.reserve("snapshot", snapshot.region_bytes(self.snapshot_capacity))
         self.region.reserve("suspects", SuspectTable.region_bytes(self.suspect_slots))
         self.region.reserve("counters", counters.region_bytes(worker_slots))
+        self.ratelimit_slots = cfg.shm.ratelimit_slots
+        self.region.reserve("ratelimit", ratelimit_bytes(self.ratelimit_slots))
         self.region.allocate()
+        self.ratelimit_lock_fd = BucketTable.make_lock_fd()
 
     def snapshot_writer(self) -> snapshot.SnapshotWriter:
         return snapshot.SnapshotWriter(self.region.view("snapshot"), self.snapshot_capacity)
@@ -33,3 +38,6 @@ class SharedState:
 
     def counter_reader(self) -> counters.CounterReader:
         return counters.CounterReader(self.region.view("counters"), self.worker_slots)
+
+    def buckets(self) -> BucketTable:
+        return BucketTable(self.region.view("ratelimit"), self.ratelimit_slots, self.ratelimit_lock_fd)

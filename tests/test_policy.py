@@ -1,0 +1,167 @@
+"""Rate limiting across processes through the shared bucket table, and the WAF rules."""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import pytest
+
+from sentin8 import tokenbucket, waf
+from sentin8.config import Policy
+from sentin8.policy import EdgePolicy
+from sentin8.shm.ratelimit import STRIPES, BucketTable, key_hash, region_bytes
+from tests.peers import wait_until
+
+SLOTS = 1024
+
+
+def table() -> tuple[mmap.mmap, BucketTable]:
+    mm = mmap.mmap(-1, region_bytes(SLOTS), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    return mm, BucketTable(memoryview(mm), SLOTS, BucketTable.make_lock_fd())
+
+
+def test_token_bucket_arithmetic():
+    full = 10 * tokenbucket.UNIT
+    assert tokenbucket.refill(0, 0, 1_000_000, rate_per_s=5, burst=10) == 5 * tokenbucket.UNIT
+    assert tokenbucket.refill(0, 0, 10_000_000, rate_per_s=5, burst=10) == full  # capped at burst
+    assert tokenbucket.refill(7, 100, 50, rate_per_s=5, burst=10) == 7  # clock went back: nothing added
+    assert tokenbucket.take(tokenbucket.UNIT) == (True, 0)
+    assert tokenbucket.take(tokenbucket.UNIT - 1) == (False, tokenbucket.UNIT - 1)
+
+
+def test_burst_then_refill_with_a_fake_clock():
+    _, t = table()
+    now = 1_000_000_000
+    admitted = sum(t.admit("1.2.3.4", now, 10, 5) for _ in range(20))
+    assert admitted == 5
+    assert t.admit("1.2.3.4", now + 100_000, 10, 5)  # 0.1 s at 10/s = one token
+    assert not t.admit("1.2.3.4", now + 100_000, 10, 5)
+    assert t.admit("5.6.7.8", now, 10, 5)  # other keys have their own bucket
+
+
+def test_rotating_address_flood_stays_bounded_and_keeps_recent_keys():
+    mm, t = table()
+    now = 1_000_000_000
+    for i in range(50_000):
+        t.admit(f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}", now + i, 1, 1)
+    assert len(mm) == region_bytes(SLOTS)  # fixed memory whatever the key count
+    # the most recent key is still tracked: its bucket is empty now
+    assert not t.admit(f"10.0.{(49_999 >> 8) & 255}.{49_999 & 255}", now + 50_000, 1, 1)
+
+
+def _hammer(mm, lock_fd, until, rate, burst, out):
+    t = BucketTable(memoryview(mm), SLOTS, lock_fd)
+    n = 0
+    while time.time() < until:
+        n += t.admit("shared-key", int(time.time() * 1e6), rate, burst)
+    out.put(n)
+
+
+def test_admitted_rate_across_processes_is_the_configured_rate_not_n_times_it():
+    ctx = mp.get_context("fork")
+    mm, t = table()
+    rate, burst, duration = 200.0, 50.0, 1.5
+    until = time.time() + duration
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_hammer, args=(mm, t.lock_fd, until, rate, burst, out)) for _ in range(4)]
+    start = time.time()
+    for p in procs:
+        p.start()
+    total = sum(out.get(timeout=20) for _ in procs)
+    elapsed = time.time() - start
+    for p in procs:
+        p.join(5)
+    expected_max = burst + rate * elapsed
+    assert total <= expected_max + 2, (total, expected_max)
+    assert total >= burst + rate * (duration - 0.3), (total, duration)
+
+
+def _hold_stripe_and_wait(lock_fd, stripe, ready):
+    fcntl.lockf(lock_fd, fcntl.LOCK_EX, 1, stripe)
+    ready.set()
+    time.sleep(60)  # killed while holding the stripe
+
+
+def test_a_worker_killed_holding_a_stripe_does_not_wedge_it():
+    ctx = mp.get_context("fork")
+    _mm, t = table()
+    stripe = key_hash("victim-key") % STRIPES
+    ready = ctx.Event()
+    holder = ctx.Process(target=_hold_stripe_and_wait, args=(t.lock_fd, stripe, ready))
+    holder.start()
+    assert ready.wait(10)
+    # while held, a non-blocking attempt fails: the lock is real
+    probe = ctx.Process(target=_try_lock, args=(t.lock_fd, stripe))
+    probe.start()
+    probe.join(10)
+    assert probe.exitcode == 1
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join(10)
+    # the kernel released the range: admission on that stripe works again
+    wait_until(lambda: t.admit("victim-key", int(time.time() * 1e6), 10, 10), 5, what="stripe released")
+
+
+def _try_lock(lock_fd, stripe):
+    try:
+        fcntl.lockf(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, stripe)
+    except OSError:
+        os._exit(1)
+    os._exit(0)
+
+
+def test_sigkill_under_load_leaves_the_others_running():
+    ctx = mp.get_context("fork")
+    mm, t = table()
+    until = time.time() + 1.5
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_hammer, args=(mm, t.lock_fd, until, 1e6, 1e6, out)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    time.sleep(0.3)  # let them contend first: load shape, not synchronisation
+    os.kill(procs[0].pid, signal.SIGKILL)
+    counts = [out.get(timeout=20) for _ in procs[1:]]
+    assert all(c > 100 for c in counts)
+    for p in procs:
+        p.join(5)
+
+
+@pytest.mark.parametrize(
+    "target, rule",
+    [
+        (b"/items?id=1%20UNION%20SELECT%20password%20FROM%20users", "sqli"),
+        (b"/login?user=admin'%20OR%20'1'='1", "sqli"),
+        (b"/q?x=1;DROP%20TABLE%20t", "sqli"),
+        (b"/q?x=sleep(5)", "sqli"),
+        (b"/search?q=<script>alert(1)</script>", "xss"),
+        (b"/search?q=%253Cscript%253E", "xss"),  # double encoded
+        (b"/p?u=javascript:alert(1)", "xss"),
+        (b"/img?x=%22%20onerror=alert(1)", "xss"),
+        (b"/static/../../etc/passwd", "path_traversal"),
+        (b"/static/%2e%2e/%2e%2e/secret", "path_traversal"),
+        (b"/a?f=..%5c..%5cwin.ini", "path_traversal"),
+    ],
+)
+def test_waf_blocks(target, rule):
+    assert waf.inspect(target) == rule
+
+
+@pytest.mark.parametrize(
+    "target",
+    [b"/", b"/api/v1/orders?id=42&sort=desc", b"/select/from-the-menu", b"/docs/onboarding", b"/a..b/c", b"/q?x=1-2"],
+)
+def test_waf_passes_ordinary_requests(target):
+    assert waf.inspect(target) is None
+
+
+def test_edge_policy_order_rate_limit_then_waf():
+    _, t = table()
+    now = [1000.0]
+    pol = EdgePolicy(Policy(waf=True, rate_limit=True, rate_limit_rps=1, rate_limit_burst=1), t, lambda: now[0])
+    assert pol.check("9.9.9.9", "a.test", b"/?q=<script>") == (403, "policy_waf")
+    assert pol.check("9.9.9.9", "a.test", b"/") == (429, "policy_rate_limit")
+    assert EdgePolicy(Policy(), t).check("9.9.9.9", "a.test", b"/?q=<script>") is None  # both off by default
