@@ -31,3 +31,5 @@ def fleet_factory(tmp_path):
     yield make
     for f in made:
         f.stop()
+
+pytest_plugins = ["tests.servers"]

@@ -1,0 +1,370 @@
+"""The live source runner: Valkey registry and/or PostgreSQL domains (either may be the file instead).
+
+Lifecycle (DESIGN §6):
+
+- **Boot**: the first load of each live source is retried ``boot_retries`` x ``boot_retry_interval_s``; then
+  whatever is known is published (possibly empty, marked stale) so the fleet can start, and the failing
+  sources keep retrying in the background.
+- **Events** (Valkey pub/sub): ``captain:changed`` -> registry reload, debounced (a burst costs one reload);
+  ``sentin8:sys:domain:changed`` -> domain reload, newest wins (a pending flag, never a queue).
+- **Safety poll** every ``poll_interval_s`` for both, and SIGHUP (``reload``) reloads both at once.
+- **Outage**: a failed load keeps the last good data and republishes it with ``stale=True``; ``built_at``
+  stays at the last moment every source was good, so the age shows. Failing loads and the subscription
+  retry with capped exponential backoff; the first successful load clears ``stale``. After every
+  (re)subscription both sources reload once, because events sent while unsubscribed are lost. A lost
+  subscription alone never marks the table stale (the catch-up reload and the safety poll cover the
+  missed events); with a Valkey registry it triggers an immediate registry load, which is what notices.
+- A table is published only when its content changed (encoded bytes) or the stale flag flipped.
+
+Each source has one loader task that owns its loads, so two loads of one source never overlap; events and
+polls only set the loader's ``want`` flag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import sys
+import time
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from ..config import Config
+from ..routing import Instance, Route, RoutingTable, build, encode
+from . import Publish
+from .domains import CHANGED_CHANNEL as DOMAIN_CHANNEL
+from .domains import PostgresDomains
+from .files import file_instances, file_routes
+from .registry import CHANGED_CHANNEL as REGISTRY_CHANNEL
+from .registry import fetch_registry
+
+# An idle subscription to a vanished peer is noticed by keepalive in ~45 s; TCP_USER_TIMEOUT bounds the
+# health-check PING of a half-open one, which would otherwise wait out TCP retransmission (~15 min). Linux.
+_KEEPALIVE = {
+    socket.TCP_KEEPIDLE: 30,
+    socket.TCP_KEEPINTVL: 5,
+    socket.TCP_KEEPCNT: 3,
+    socket.TCP_USER_TIMEOUT: 45_000,
+}
+
+
+def _log(msg: str) -> None:
+    print(f"sentin8-proxy: resolver: {msg}", file=sys.stderr, flush=True)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+class _SourceState:
+    """Bookkeeping of one source, also what ``status()`` reports."""
+
+    def __init__(self, name: str, kind: str, debounce_s: float) -> None:
+        self.name = name
+        self.kind = kind
+        self.live = kind != "file"
+        self.debounce_s = debounce_s
+        self.want = asyncio.Event()  # set = a reload is due; many requests, one reload
+        self.busy = False  # the loader is debouncing, loading or backing off
+        self.ok = not self.live  # the last attempt succeeded (a file source cannot fail)
+        self.last_success: float | None = time.time() if not self.live else None
+        self.last_error: str | None = None
+        self.last_error_at: float | None = None
+        self.reloads = 0  # successful loads
+        self.failures = 0
+        self.requests = 0  # reload requests: events, polls, retries, SIGHUP
+        self.details: dict[str, Any] = {}  # malformed entries, skipped hostnames, conflicts
+
+    def request(self) -> None:
+        if self.live:
+            self.requests += 1
+            self.want.set()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "ok": self.ok,
+            "last_success": self.last_success,
+            "last_error": self.last_error,
+            "last_error_at": self.last_error_at,
+            "reloads": self.reloads,
+            "failures": self.failures,
+            "requests": self.requests,
+            "pending": self.want.is_set() or self.busy,
+            **self.details,
+        }
+
+
+class LiveRunner:
+    """``SourceRunner`` for any mix of registry (valkey | file) and domains (postgres | file)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        registry_debounce_s: float = 1.0,
+        domains_debounce_s: float = 0.0,
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        load_timeout_s: float = 15.0,
+        connect_timeout_s: float = 5.0,
+        ping_interval_s: float = 10.0,
+    ) -> None:
+        src = cfg.sources
+        self.cfg = cfg
+        self.registry_debounce_s = registry_debounce_s
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.load_timeout_s = load_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.ping_interval_s = ping_interval_s
+        self.registry = _SourceState("registry", src.registry, registry_debounce_s)
+        self.domains = _SourceState("domains", src.domains, domains_debounce_s)
+        self._sources = (self.registry, self.domains)
+        self._instances: list[Instance] = [] if self.registry.live else file_instances(cfg)
+        self._routes: list[Route] = [] if self.domains.live else file_routes(cfg)
+        self._valkey: aioredis.Redis | None = None
+        self._postgres = (
+            PostgresDomains(src.postgres_dsn, src.apps_domain, connect_timeout_s=int(connect_timeout_s))
+            if self.domains.live
+            else None
+        )
+        # The MemBus carries domain events too, so Postgres domains need Valkey even with a file registry.
+        self._subscribe = self.registry.live or self.domains.live
+        self._sub: dict[str, Any] = {
+            "enabled": self._subscribe,
+            "connected": False,
+            "connects": 0,
+            "last_error": None,
+            "last_error_at": None,
+            "events": {REGISTRY_CHANNEL: 0, DOMAIN_CHANNEL: 0},
+        }
+        self._publish: Publish | None = None  # None until boot is over: nothing is published before
+        self._published_key: bytes | None = None
+        self._published_stale = False
+        self._published = 0
+        self._last_publish_at: float | None = None
+        self._publish_error: str | None = None
+        self._good_at = 0.0  # last moment every source had just loaded fine: the published built_at
+
+    # ---- status ---------------------------------------------------------------------------------------
+
+    @property
+    def stale(self) -> bool:
+        return not all(s.ok for s in self._sources)
+
+    def status(self) -> dict[str, Any]:
+        """Plain data for /health and logs: no secrets (DSNs and URLs are not included)."""
+        return {
+            "stale": self.stale,
+            "built_at": self._good_at,
+            "published": self._published,
+            "last_publish_at": self._last_publish_at,
+            "publish_error": self._publish_error,
+            "instances": len(self._instances),
+            "routes": len(self._routes),
+            "registry": self.registry.snapshot(),
+            "domains": self.domains.snapshot(),
+            "subscriber": {**self._sub, "events": dict(self._sub["events"])},
+        }
+
+    # ---- table ----------------------------------------------------------------------------------------
+
+    def _rebuild(self) -> None:
+        stale = self.stale
+        if not stale:
+            self._good_at = time.time()
+        if self._publish is None:
+            return
+        table: RoutingTable = build(self._routes, self._instances, built_at=0.0, stale=False)
+        key = encode(table)  # content only: an unchanged table must not be republished on every poll
+        if key == self._published_key and stale == self._published_stale:
+            return
+        table.built_at = self._good_at
+        table.stale = stale
+        try:
+            self._publish(table)
+        except Exception as exc:  # e.g. too large for shared memory: keep serving the last one, retry next time
+            self._publish_error = _describe(exc)
+            _log(f"publishing the routing table failed, the previous one stays: {self._publish_error}")
+            return
+        self._publish_error = None
+        self._published_key = key
+        self._published_stale = stale
+        self._published += 1
+        self._last_publish_at = time.time()
+
+    # ---- loads ----------------------------------------------------------------------------------------
+
+    def _valkey_client(self) -> aioredis.Redis:
+        if self._valkey is None:
+            # No client-side retries: this runner owns retry and backoff, and an outage must show at once.
+            self._valkey = aioredis.Redis.from_url(
+                self.cfg.sources.valkey_url,
+                socket_connect_timeout=self.connect_timeout_s,
+                socket_timeout=self.load_timeout_s,
+                retry=Retry(NoBackoff(), 0),
+            )
+        return self._valkey
+
+    async def _load(self, src: _SourceState) -> None:
+        if src is self.registry:
+            got = await fetch_registry(self._valkey_client())
+            self._instances = got.instances
+            src.details = {"malformed": got.malformed, "malformed_examples": got.errors[:5]}
+        else:
+            assert self._postgres is not None
+            dom = await self._postgres.load()
+            self._routes = dom.routes
+            src.details = {"skipped": dom.skipped, "conflicts": dom.conflicts, "notes": dom.notes[:10]}
+
+    async def _attempt(self, src: _SourceState) -> bool:
+        try:
+            await asyncio.wait_for(self._load(src), self.load_timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if src.ok or src.failures == 0:  # log transitions, not every retry
+                _log(f"{src.name} ({src.kind}) load failed, serving the last good data as stale: {_describe(exc)}")
+            src.ok = False
+            src.failures += 1
+            src.last_error = _describe(exc)
+            src.last_error_at = time.time()
+            self._rebuild()
+            return False
+        if not src.ok and src.failures:
+            _log(f"{src.name} ({src.kind}) loaded again")
+        src.ok = True
+        src.reloads += 1
+        src.last_success = time.time()
+        self._rebuild()
+        return True
+
+    async def _loader(self, src: _SourceState) -> None:
+        backoff = self.backoff_initial_s
+        while True:
+            src.busy = False
+            await src.want.wait()
+            src.busy = True
+            if src.debounce_s > 0:
+                await asyncio.sleep(src.debounce_s)  # let the burst land: everything in it costs this one load
+            src.want.clear()  # requests from here on ask for a newer load than the one starting now
+            if await self._attempt(src):
+                backoff = self.backoff_initial_s
+                continue
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.backoff_max_s)
+            src.request()
+
+    def _request_all(self) -> None:
+        for src in self._sources:
+            src.request()
+
+    async def _boot(self) -> None:
+        live = [s for s in self._sources if s.live]
+        retries = max(0, self.cfg.sources.boot_retries)
+        for attempt in range(retries + 1):
+            await asyncio.gather(*(self._attempt(s) for s in live))
+            live = [s for s in live if not s.ok]
+            if not live:
+                return
+            if attempt < retries:
+                await asyncio.sleep(self.cfg.sources.boot_retry_interval_s)
+        names = ", ".join(s.name for s in live)
+        _log(f"boot: {names} still failing after {retries} retries; starting with what is known, marked stale")
+        for src in live:
+            src.request()  # the loaders keep trying, with backoff
+
+    # ---- watchers -------------------------------------------------------------------------------------
+
+    async def _subscriber(self) -> None:
+        backoff = self.backoff_initial_s
+        channels = {
+            REGISTRY_CHANNEL.encode(): (REGISTRY_CHANNEL, self.registry),
+            DOMAIN_CHANNEL.encode(): (DOMAIN_CHANNEL, self.domains),
+        }
+        while True:
+            client = aioredis.Redis.from_url(
+                self.cfg.sources.valkey_url,
+                socket_connect_timeout=self.connect_timeout_s,
+                socket_timeout=self.load_timeout_s,
+                health_check_interval=max(1, int(self.ping_interval_s)),
+                socket_keepalive_options=_KEEPALIVE,
+                retry=Retry(NoBackoff(), 0),
+            )
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(REGISTRY_CHANNEL, DOMAIN_CHANNEL)
+                self._sub["connected"] = True
+                self._sub["connects"] += 1
+                backoff = self.backoff_initial_s
+                self._request_all()  # events sent while we were not subscribed are lost: catch up once
+                while True:
+                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=self.ping_interval_s)
+                    if msg is None or msg.get("type") != "message":
+                        continue
+                    hit = channels.get(msg["channel"])
+                    if hit is not None:
+                        self._sub["events"][hit[0]] += 1
+                        hit[1].request()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._sub["connected"] or self._sub["last_error"] is None:
+                    _log(f"valkey subscription lost, retrying: {_describe(exc)}")
+                self._sub["connected"] = False
+                self._sub["last_error"] = _describe(exc)
+                self._sub["last_error_at"] = time.time()
+                # The registry lives on the same Valkey: find out now rather than at the next poll.
+                self.registry.request()
+            finally:
+                self._sub["connected"] = False
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+                with contextlib.suppress(Exception):
+                    await client.aclose()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.backoff_max_s)
+
+    async def _poller(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.sources.poll_interval_s)
+            self._request_all()
+
+    async def _sighup(self, reload: asyncio.Event) -> None:
+        while True:
+            await reload.wait()
+            reload.clear()
+            self._request_all()
+
+    # ---- protocol -------------------------------------------------------------------------------------
+
+    async def run(self, publish: Publish, reload: asyncio.Event) -> None:
+        try:
+            await self._boot()
+            self._publish = publish
+            self._rebuild()
+            async with asyncio.TaskGroup() as tg:
+                for src in self._sources:
+                    if src.live:
+                        tg.create_task(self._loader(src), name=f"sentin8-{src.name}-loader")
+                if self._subscribe:
+                    tg.create_task(self._subscriber(), name="sentin8-subscriber")
+                if self.registry.live or self.domains.live:
+                    tg.create_task(self._poller(), name="sentin8-poller")
+                tg.create_task(self._sighup(reload), name="sentin8-sighup")
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        client, self._valkey = self._valkey, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+        if self._postgres is not None:
+            await self._postgres.close()
