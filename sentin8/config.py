@@ -71,6 +71,7 @@ class Sources(_Section):
     apps_domain: str = "apps.example.com"
     poll_interval_s: float = 30
     health_fresh_s: float = 30
+    health_refresh_s: float = 10  # registry re-read for heartbeats, which Captain does not announce
     suspect_ttl_s: float = 30
     boot_retries: int = 10
     boot_retry_interval_s: float = 3
@@ -192,6 +193,7 @@ def _check(cfg: Config) -> None:
         "limits.idle_timeout_s": cfg.limits.idle_timeout_s,
         "sources.poll_interval_s": cfg.sources.poll_interval_s,
         "sources.health_fresh_s": cfg.sources.health_fresh_s,
+        "sources.health_refresh_s": cfg.sources.health_refresh_s,
         "sources.suspect_ttl_s": cfg.sources.suspect_ttl_s,
         "upstream.connect_timeout_s": cfg.upstream.connect_timeout_s,
         "policy.rate_limit_rps": cfg.policy.rate_limit_rps,
@@ -201,6 +203,11 @@ def _check(cfg: Config) -> None:
     for key, value in positive.items():
         if not value > 0:
             raise ConfigError(f"{key}: must be > 0, got {value}")
+    if cfg.sources.health_refresh_s >= cfg.sources.health_fresh_s:
+        raise ConfigError(
+            f"sources.health_refresh_s: must be below sources.health_fresh_s ({cfg.sources.health_fresh_s:g}),"
+            f" got {cfg.sources.health_refresh_s:g}: heartbeats would be read too late"
+        )
     if cfg.fleet.workers < 0:
         raise ConfigError(f"fleet.workers: must be >= 0 (0 = one per CPU), got {cfg.fleet.workers}")
     if not 517 <= cfg.limits.peek_max_bytes <= 65536:

@@ -8,6 +8,8 @@ Lifecycle (DESIGN §6):
 - **Events** (Valkey pub/sub): ``captain:changed`` -> registry reload, debounced (a burst costs one reload);
   ``sentin8:sys:domain:changed`` -> domain reload, newest wins (a pending flag, never a queue).
 - **Safety poll** every ``poll_interval_s`` for both, and SIGHUP (``reload``) reloads both at once.
+- **Health refresh**: the registry is also re-read every ``health_refresh_s`` (< ``health_fresh_s``), since
+  heartbeats are not announced; the table is republished only when something in it changed.
 - **Outage**: a failed load keeps the last good data and republishes it with ``stale=True``; ``built_at``
   stays at the last moment every source was good, so the age shows. Failing loads and the subscription
   retry with capped exponential backoff; the first successful load clears ``stale``. After every
@@ -336,6 +338,13 @@ class LiveRunner:
             await asyncio.sleep(self.cfg.sources.poll_interval_s)
             self._request_all()
 
+    async def _health_refresher(self) -> None:
+        # Captain refreshes health_ts without publishing: re-read the registry well inside the freshness
+        # window, or a healthy instance would look stale between safety polls.
+        while True:
+            await asyncio.sleep(self.cfg.sources.health_refresh_s)
+            self.registry.request()
+
     async def _sighup(self, reload: asyncio.Event) -> None:
         while True:
             await reload.wait()
@@ -357,6 +366,8 @@ class LiveRunner:
                     tg.create_task(self._subscriber(), name="sentin8-subscriber")
                 if self.registry.live or self.domains.live:
                     tg.create_task(self._poller(), name="sentin8-poller")
+                if self.registry.live:
+                    tg.create_task(self._health_refresher(), name="sentin8-health-refresher")
                 tg.create_task(self._sighup(reload), name="sentin8-sighup")
         finally:
             await self.close()
