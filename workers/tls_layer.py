@@ -153,7 +153,6 @@ class _TLSProtocol(asyncio.Protocol):
         self._lost = False
         self._shutdown_sent = False  # our close_notify is out
         self._write_eof_called = False
-        self._peer_eof = False  # close_notify or TCP FIN seen from the peer
         self._eof_delivered = False
         self._raw_eof = False
         self._app_paused = False  # the app paused reading
@@ -283,7 +282,11 @@ class _TLSProtocol(asyncio.Protocol):
         conn = self._conn
         assert conn is not None
         if self._on_handshake_done is not None:
-            self._on_handshake_done(conn)
+            try:
+                self._on_handshake_done(conn)
+            except Exception:
+                log.exception("TLS: on_handshake_done failed; dropping the connection")
+                self._abort()
         if self._hs_future is not None and not self._hs_future.done():
             self._hs_future.set_result(None)
         if self._closing:  # the callback closed us (e.g. policy)
@@ -364,7 +367,6 @@ class _TLSProtocol(asyncio.Protocol):
             if chunks:
                 self._app.data_received(chunks[0] if len(chunks) == 1 else b"".join(chunks))
             if zero_return:
-                self._peer_eof = True
                 self._deliver_eof()
                 break
             if want_more:

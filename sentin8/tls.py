@@ -1,0 +1,273 @@
+"""TLS contexts: the one module that configures pyOpenSSL (DESIGN §5).
+
+The stdlib ``ssl`` module links the system OpenSSL 3.0, which has neither ML-KEM nor ML-DSA, so every context
+here is a pyOpenSSL ``SSL.Context`` on the OpenSSL 4 that the ``cryptography`` wheel bundles. The external
+side is TLS 1.3 only, key exchange X25519MLKEM768 only, signatures ML-DSA-65 only: a classical-only client
+fails the handshake, with no fallback. The two restrictions and the few other calls pyOpenSSL has no public
+API for go through ``OpenSSL.SSL._lib`` in this module only.
+
+Per-SNI certificates: the front context's servername callback swaps the connection to a per-certificate
+context (``Connection.set_context``). Measured on this machine with ML-DSA-65: swapping a prebuilt context
+costs 1.1 µs, ``SSL_use_certificate`` + ``SSL_use_PrivateKey`` on the connection 2.7 µs (31 µs through
+pyOpenSSL's public per-connection API, which re-encodes the certificate each time), against ~1.7 ms for the
+whole handshake pair; the swap also carries the intermediate chain, which has no per-connection setter in
+pyOpenSSL. Session tickets are sealed with the front context's keys, so resumption works across the swap.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import warnings
+import weakref
+from collections.abc import Callable
+
+from OpenSSL import SSL, crypto
+
+from sentin8.certstore import CertStore, ServerCert
+
+log = logging.getLogger(__name__)
+
+PQ_GROUPS = b"X25519MLKEM768"
+PQ_SIGALGS = b"mldsa65"
+# Same id context on every server context, so a session issued under one SNI context resumes under another.
+SESSION_ID_CONTEXT = b"sentin8-proxy"
+
+
+class TLSSetupError(RuntimeError):
+    """A context could not be configured as asked (bad file, unsupported group or algorithm, key mismatch)."""
+
+
+# -- the calls pyOpenSSL has no public API for ---------------------------------------------------------
+
+
+def restrict(ctx: SSL.Context, *, groups: bytes | None = None, sigalgs: bytes | None = None) -> None:
+    """Limit a context's key-exchange groups and signature algorithms (OpenSSL colon-separated lists)."""
+    lib = SSL._lib
+    if groups is not None and lib.SSL_CTX_set1_curves_list(ctx._context, groups) != 1:
+        lib.ERR_clear_error()  # or a later, unrelated pyOpenSSL call reports this stale error
+        raise TLSSetupError(f"OpenSSL refused the group list {groups!r} (this OpenSSL lacks it?)")
+    if sigalgs is not None and lib.SSL_CTX_set1_sigalgs_list(ctx._context, sigalgs) != 1:
+        lib.ERR_clear_error()
+        raise TLSSetupError(f"OpenSSL refused the signature algorithm list {sigalgs!r} (this OpenSSL lacks it?)")
+
+
+def session_reused(conn: SSL.Connection) -> bool:
+    """Whether the handshake resumed a session (a ticket) instead of running a full one."""
+    return bool(SSL._lib.SSL_session_reused(conn._ssl))
+
+
+def verify_peer_name(conn: SSL.Connection, name: str) -> None:
+    """Make certificate verification also check that the peer certificate names ``name`` (a DNS name or
+    an IP address). Only meaningful on a verifying context; call before the handshake."""
+    lib = SSL._lib
+    param = lib.SSL_get0_param(conn._ssl)
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        raw = name.encode("idna")
+        ok = lib.X509_VERIFY_PARAM_set1_host(param, raw, len(raw))
+    else:
+        ok = lib.X509_VERIFY_PARAM_set1_ip(param, ip.packed, len(ip.packed))
+    if ok != 1:
+        lib.ERR_clear_error()
+        raise TLSSetupError(f"cannot set the expected peer name {name!r}")
+
+
+def load_private_key(pem: bytes) -> crypto.PKey:
+    """Load a private key from PEM. ML-DSA keys have no ``cryptography`` → pyOpenSSL conversion, so PEM is
+    the only way in."""
+    try:
+        return crypto.load_privatekey(crypto.FILETYPE_PEM, pem)
+    except crypto.Error as exc:
+        raise TLSSetupError(f"private key does not load: {exc}") from None
+
+
+def _use_private_key(ctx: SSL.Context, key: crypto.PKey) -> None:
+    # pyOpenSSL deprecates PKey objects in favour of cryptography keys, but cannot convert ML-DSA keys; this
+    # runs once per certificate, never per handshake.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ctx.use_privatekey(key)
+
+
+# -- builders ------------------------------------------------------------------------------------------
+
+
+def _tls13_context(groups: bytes | None, sigalgs: bytes | None) -> SSL.Context:
+    ctx = SSL.Context(SSL.TLS_METHOD)
+    ctx.set_min_proto_version(SSL.TLS1_3_VERSION)
+    ctx.set_max_proto_version(SSL.TLS1_3_VERSION)
+    restrict(ctx, groups=groups, sigalgs=sigalgs)
+    return ctx
+
+
+def server_context(
+    cert: ServerCert | None = None,
+    *,
+    groups: bytes = PQ_GROUPS,
+    sigalgs: bytes = PQ_SIGALGS,
+    client_ca_file: str = "",
+) -> SSL.Context:
+    """A TLS 1.3 server context restricted to ``groups``/``sigalgs`` with session tickets on.
+
+    ``cert`` installs a certificate (leaf, chain, key); without one the context is a front context that
+    needs a servername callback (see ``SNIContexts``). ``client_ca_file`` asks clients for a certificate and
+    verifies it against that CA file when one is sent (optional for the client; an invalid one fails the
+    handshake); the layer exposes it as ``peercert``.
+    """
+    ctx = _tls13_context(groups, sigalgs)
+    # Tickets are on unless OP_NO_TICKET; keep no compression and free idle connections' buffers
+    # (~34 KB each) since keep-alive connections mostly sit idle.
+    ctx.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE)
+    ctx.set_mode(SSL._lib.SSL_MODE_RELEASE_BUFFERS)
+    ctx.set_session_id(SESSION_ID_CONTEXT)
+    ctx.set_session_cache_mode(SSL.SESS_CACHE_SERVER)
+    if client_ca_file:
+        try:
+            ctx.load_verify_locations(client_ca_file)
+            ctx.load_client_ca(client_ca_file.encode())
+        except SSL.Error as exc:
+            raise TLSSetupError(f"client CA file {client_ca_file!r}: {exc}") from None
+        ctx.set_verify(SSL.VERIFY_PEER)
+    if cert is not None:
+        install_certificate(ctx, cert)
+    return ctx
+
+
+def install_certificate(ctx: SSL.Context, cert: ServerCert) -> None:
+    """Put ``cert`` (leaf, intermediates, key) on an unused context; raise ``TLSSetupError`` on mismatch."""
+    try:
+        ctx.use_certificate(cert.leaf)
+        for extra in cert.chain[1:]:
+            ctx.add_extra_chain_cert(extra)
+        _use_private_key(ctx, load_private_key(cert.key_pem))
+        ctx.check_privatekey()
+    except SSL.Error as exc:
+        raise TLSSetupError(f"certificate {cert.name}: {exc}") from None
+
+
+def client_context(
+    *,
+    groups: bytes = PQ_GROUPS,
+    sigalgs: bytes = PQ_SIGALGS,
+    ca_file: str = "",
+) -> SSL.Context:
+    """A TLS 1.3 client context restricted like the server side (X25519MLKEM768, ML-DSA-65 by default).
+
+    With ``ca_file`` the server's chain is verified against it; without one nothing is verified (the
+    connection is encrypted but the peer is not authenticated). Name checks: ``verify_peer_name``.
+    """
+    ctx = _tls13_context(groups, sigalgs)
+    ctx.set_session_cache_mode(SSL.SESS_CACHE_CLIENT)
+    _client_verify(ctx, ca_file)
+    return ctx
+
+
+def upstream_context(
+    *,
+    ca_file: str = "",
+    client_cert: str = "",
+    client_key: str = "",
+    pq_only: bool = False,
+) -> SSL.Context:
+    """Client context for bridge-mode backends (``[upstream]`` in the config).
+
+    - ``ca_file``: the backend's chain is verified against it (handshake fails otherwise). When it is empty
+      the backend certificate is NOT verified: traffic is encrypted but anyone who can intercept the internal
+      network path could impersonate the backend. Set a CA to authenticate backends.
+    - ``client_cert``/``client_key``: PEM chain and key presented to backends that ask (mTLS); the key
+      defaults to the cert file (combined PEM).
+    - ``pq_only``: restrict to TLS 1.3, X25519MLKEM768 and ML-DSA-65 like the external side. Off by default
+      because backends are internal and may run classical TLS (TLS 1.2 or newer); OpenSSL 4's defaults still
+      prefer the hybrid group when the backend offers it.
+    """
+    ctx = SSL.Context(SSL.TLS_METHOD)
+    ctx.set_min_proto_version(SSL.TLS1_2_VERSION)
+    if pq_only:
+        ctx.set_min_proto_version(SSL.TLS1_3_VERSION)
+        ctx.set_max_proto_version(SSL.TLS1_3_VERSION)
+        restrict(ctx, groups=PQ_GROUPS, sigalgs=PQ_SIGALGS)
+    ctx.set_options(SSL.OP_NO_COMPRESSION)
+    ctx.set_session_cache_mode(SSL.SESS_CACHE_CLIENT)
+    if client_cert:
+        try:
+            ctx.use_certificate_chain_file(client_cert)
+            ctx.use_privatekey_file(client_key or client_cert)
+            ctx.check_privatekey()
+        except SSL.Error as exc:
+            raise TLSSetupError(f"upstream client certificate {client_cert!r}/{client_key!r}: {exc}") from None
+    elif client_key:
+        raise TLSSetupError("upstream.client_key is set without upstream.client_cert")
+    _client_verify(ctx, ca_file)
+    return ctx
+
+
+def _client_verify(ctx: SSL.Context, ca_file: str) -> None:
+    if not ca_file:
+        ctx.set_verify(SSL.VERIFY_NONE)
+        return
+    try:
+        ctx.load_verify_locations(ca_file)
+    except SSL.Error as exc:
+        raise TLSSetupError(f"CA file {ca_file!r}: {exc}") from None
+    ctx.set_verify(SSL.VERIFY_PEER)
+
+
+class SNIContexts:
+    """The front server context plus one context per certificate, chosen per SNI from a ``CertStore``.
+
+    ``front`` is what ``TLSServerProtocol`` gets. Its servername callback runs for every ClientHello
+    (with or without SNI): store certificate for the name, else the bootstrap certificate. Per-certificate
+    contexts are built on first use and dropped with the ``ServerCert`` they were built from, so a renewed
+    or hot-swapped file gets a new context and in-flight connections keep the old one.
+    """
+
+    def __init__(
+        self,
+        store: CertStore,
+        *,
+        groups: bytes = PQ_GROUPS,
+        sigalgs: bytes = PQ_SIGALGS,
+        client_ca_file: str = "",
+        on_select: Callable[[SSL.Connection, ServerCert], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.on_select = on_select
+        self._opts = {"groups": groups, "sigalgs": sigalgs, "client_ca_file": client_ca_file}
+        self._contexts: weakref.WeakKeyDictionary[ServerCert, SSL.Context] = weakref.WeakKeyDictionary()
+        # Counters (plain attributes).
+        self.selected_store = 0
+        self.selected_bootstrap = 0
+        self.contexts_built = 0
+        self.select_errors = 0
+        self._last_error = ""
+        self.front = server_context(**self._opts)  # type: ignore[arg-type]
+        self.front.set_tlsext_servername_callback(self._on_servername)
+
+    def context_for(self, cert: ServerCert) -> SSL.Context:
+        ctx = self._contexts.get(cert)
+        if ctx is None:
+            ctx = server_context(cert, **self._opts)  # type: ignore[arg-type]
+            self._contexts[cert] = ctx
+            self.contexts_built += 1
+        return ctx
+
+    def _on_servername(self, conn: SSL.Connection) -> None:
+        # Failures are caught here instead of letting pyOpenSSL print a traceback per handshake: the
+        # connection keeps the certificate-less front context and its handshake fails (and is counted).
+        try:
+            cert = self.store.lookup(conn.get_servername())
+            if cert is None:
+                cert = self.store.bootstrap()
+                self.selected_bootstrap += 1
+            else:
+                self.selected_store += 1
+            conn.set_context(self.context_for(cert))
+            if self.on_select is not None:
+                self.on_select(conn, cert)
+        except Exception as exc:
+            self.select_errors += 1
+            if str(exc) != self._last_error:  # once per distinct failure, not once per handshake
+                self._last_error = str(exc)
+                log.exception("TLS: certificate selection failed")
