@@ -80,6 +80,7 @@ class Sources(_Section):
 class Tls(_Section):
     cert_dir: str = "/var/lib/sentin8-proxy/certs"
     state_dir: str = "/var/lib/sentin8-proxy"
+    client_ca_file: str = ""  # verify external client certificates against it (optional; sent as X-Sentin8-Client-Cert)
 
 
 class Upstream(_Section):

@@ -57,6 +57,35 @@ NAMES: tuple[str, ...] = (
     "acme_passthrough",
     "policy_waf",
     "policy_rate_limit",
+    "policy_blocked",
+    "http_408",
+    "http_413",
+    "http_501",
+    "http_505",
+    "status_other",
+    "acme_requests",
+    "backpressure_client_paused",
+    "backpressure_upstream_paused",
+    "body_timeout",
+    "bridge_errors",
+    "client_aborted",
+    "upstream_connect_failed",
+    "upstream_truncated",
+    "upstream_unavailable",
+    "unknown_counter",  # a name missing from this table: counted here rather than crash a connection
+    # latency histogram of L7 responses (upper bounds in ms) and its sum
+    "latency_le_1ms",
+    "latency_le_5ms",
+    "latency_le_10ms",
+    "latency_le_25ms",
+    "latency_le_50ms",
+    "latency_le_100ms",
+    "latency_le_250ms",
+    "latency_le_500ms",
+    "latency_le_1000ms",
+    "latency_le_5000ms",
+    "latency_le_inf",
+    "latency_sum_us",
     # gauges
     "l4_active",
     "active_connections",  # L7 requests in flight: the drain signal
@@ -65,6 +94,13 @@ NAMES: tuple[str, ...] = (
 GAUGES = ("l4_active", "active_connections", "open_connections")
 MAX_COUNTERS = 128
 INDEX = {name: i for i, name in enumerate(NAMES)}
+_UNKNOWN = INDEX["unknown_counter"]
+_LATENCY = tuple(
+    (float(n.removeprefix("latency_le_").removesuffix("ms")) if n != "latency_le_inf" else float("inf"), INDEX[n])
+    for n in NAMES
+    if n.startswith("latency_le_")
+)
+_LAT_SUM = INDEX["latency_sum_us"]
 BLOCK_BYTES = align(MAX_COUNTERS * 8, CACHE_LINE)
 assert len(NAMES) <= MAX_COUNTERS
 
@@ -81,8 +117,14 @@ class WorkerCounters:
         self.words = view[start : start + BLOCK_BYTES].cast("Q")
 
     def inc(self, name: str, n: int = 1) -> None:
-        i = INDEX[name]
+        i = INDEX.get(name, _UNKNOWN)
         self.words[i] = self.words[i] + n
+
+    def observe_latency(self, seconds: float) -> None:
+        ms = seconds * 1000.0
+        i = next(index for bound, index in _LATENCY if ms <= bound)  # the last bound is inf
+        self.words[i] = self.words[i] + 1
+        self.words[_LAT_SUM] = self.words[_LAT_SUM] + int(seconds * 1e6)
 
     def add_gauge(self, name: str, delta: int) -> None:
         i = INDEX[name]
