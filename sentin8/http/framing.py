@@ -1,0 +1,276 @@
+"""Request-head validation and message builders, sans-IO.
+
+httptools (llhttp, strict mode) already rejects most request smuggling shapes: Content-Length together with
+Transfer-Encoding, duplicate Content-Length, non-digit lengths, obs-fold, bare CR or LF, control characters in
+values, invalid header-name characters, a Transfer-Encoding whose last coding is not chunked.
+``tests/test_http_framing.py`` pins each of those with raw bytes. What it lets through, and this module
+rejects: a Transfer-Encoding that is not exactly ``chunked`` (``gzip, chunked``, ``,chunked``, two headers),
+Transfer-Encoding on HTTP/1.0, versions other than 1.0/1.1, a missing or repeated Host on HTTP/1.1, an
+invalid Host, an absolute-form target whose authority disagrees with Host, CONNECT, and upgrades with a body.
+The caps (header count and bytes, 431) are counted as the parser reports each header line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+Header = tuple[bytes, bytes]
+
+
+class HeadError(Exception):
+    """The request cannot be forwarded; answer ``status`` and close."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+
+
+class HeaderBudget:
+    """Header caps, counted line by line as the parser reports them (Host included, DESIGN §6).
+
+    ``size`` counts each line as ``name: value CRLF``; the request line is capped separately (414).
+    """
+
+    __slots__ = ("count", "max_count", "max_size", "size")
+
+    def __init__(self, max_count: int, max_size: int) -> None:
+        self.max_count = max_count
+        self.max_size = max_size
+        self.count = 0
+        self.size = 0
+
+    def add(self, name: bytes, value: bytes) -> None:
+        self.count += 1
+        self.size += len(name) + len(value) + 4
+        if self.count > self.max_count:
+            raise HeadError(431, "too many header lines")
+        if self.size > self.max_size:
+            raise HeadError(431, "header block too large")
+
+
+class RequestHead:
+    """A validated request head, ready for routing and forwarding."""
+
+    __slots__ = (
+        "authority",
+        "chunked",
+        "content_length",
+        "headers",
+        "host",
+        "keep_alive",
+        "method",
+        "path",
+        "target",
+        "version",
+        "websocket",
+    )
+
+    def __init__(
+        self,
+        method: bytes,
+        target: bytes,
+        version: str,
+        headers: list[Header],
+        host: str,
+        authority: bytes,
+        content_length: int | None,
+        chunked: bool,
+        keep_alive: bool,
+        websocket: bool,
+    ) -> None:
+        self.method = method
+        self.target = target  # origin-form (or "*"), what goes upstream
+        q = target.find(b"?")
+        self.path = target if q < 0 else target[:q]
+        self.version = version
+        self.headers = headers
+        self.host = host  # lower case, no port, no trailing dot; "" when absent (HTTP/1.0)
+        self.authority = authority  # the Host value as received (X-Forwarded-Host)
+        self.content_length = content_length
+        self.chunked = chunked
+        self.keep_alive = keep_alive
+        self.websocket = websocket
+
+    @property
+    def has_body(self) -> bool:
+        return self.chunked or bool(self.content_length)
+
+
+# reg-name restricted to DNS characters (plus "_"), or an IP literal; optional port.
+_HOST = re.compile(rb"(\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9._-]{1,253})(?::([0-9]{1,5}))?")
+_ABSOLUTE = re.compile(rb"(?i:https?)://([^/?#]*)(.*)", re.S)
+_DIGITS = re.compile(rb"[0-9]{1,18}")
+
+
+def split_host(value: bytes) -> str | None:
+    """``Example.COM.:8443`` -> ``example.com``; ``[::1]:443`` -> ``::1``; None when it is not a valid Host."""
+    m = _HOST.fullmatch(value)
+    if m is None:
+        return None
+    port = m.group(2)
+    if port is not None and int(port) > 65535:
+        return None
+    name = m.group(1)
+    if name[:1] == b"[":
+        return name[1:-1].decode("ascii").lower()
+    return name.decode("ascii").lower().rstrip(".")
+
+
+def validate_request(
+    method: bytes,
+    url: bytes,
+    version: str,
+    headers: list[Header],
+    *,
+    keep_alive: bool,
+    upgrade: bool,
+) -> RequestHead:
+    """Decide the framing of a parsed request head, or raise ``HeadError`` (400/405)."""
+    if version != "1.1" and version != "1.0":
+        raise HeadError(400, "unsupported HTTP version")
+    if method == b"CONNECT":
+        raise HeadError(405, "CONNECT is not served")
+    host_value: bytes | None = None
+    hosts = 0
+    content_length: int | None = None
+    te_count = 0
+    te_value = b""
+    upgrade_value = b""
+    for name, value in headers:
+        n = len(name)
+        # Only the few names that decide framing or routing; length first keeps this loop cheap.
+        if n == 4 and name.lower() == b"host":
+            hosts += 1
+            host_value = value.strip(b" \t")
+        elif n == 14 and name.lower() == b"content-length":
+            v = value.strip(b" \t")
+            # llhttp already refuses duplicates and non-digits; kept as a guard should leniency ever be on.
+            if content_length is not None or not _DIGITS.fullmatch(v):
+                raise HeadError(400, "invalid Content-Length")
+            content_length = int(v)
+        elif n == 17 and name.lower() == b"transfer-encoding":
+            te_count += 1
+            te_value = value
+        elif n == 7 and name.lower() == b"upgrade":
+            upgrade_value = value
+    chunked = False
+    if te_count:
+        if version == "1.0":
+            raise HeadError(400, "Transfer-Encoding on HTTP/1.0")
+        if te_count > 1 or te_value.strip(b" \t").lower() != b"chunked":
+            raise HeadError(400, "Transfer-Encoding must be exactly chunked")
+        if content_length is not None:
+            raise HeadError(400, "Content-Length with Transfer-Encoding")
+        chunked = True
+    if hosts > 1:
+        raise HeadError(400, "more than one Host")
+    if host_value is None and version == "1.1":
+        raise HeadError(400, "missing Host")
+    host = ""
+    authority = b""
+    if host_value is not None:
+        parsed = split_host(host_value)
+        if parsed is None:
+            raise HeadError(400, "invalid Host")
+        host, authority = parsed, host_value
+    target = url
+    if url[:1] != b"/":
+        if url == b"*":
+            if method != b"OPTIONS":
+                raise HeadError(400, "asterisk-form is for OPTIONS only")
+        else:
+            m = _ABSOLUTE.fullmatch(url)
+            if m is None:
+                raise HeadError(400, "invalid request target")
+            uri_host = split_host(m.group(1))
+            # RFC 9112 §3.2.2: the target's authority wins over Host; we refuse a disagreement instead,
+            # so routing, the SNI check and X-Forwarded-Host all see one name.
+            if uri_host is None or uri_host != host:
+                raise HeadError(400, "request target authority does not match Host")
+            target = m.group(2) or b"/"
+            if target[:1] == b"?":
+                target = b"/" + target
+            if target[:1] != b"/":
+                raise HeadError(400, "invalid request target")
+    websocket = False
+    if upgrade:
+        has_body = chunked or bool(content_length)
+        if b"websocket" in upgrade_value.lower() and method == b"GET":
+            if has_body:
+                raise HeadError(400, "websocket upgrade with a body")
+            websocket = True
+        elif has_body:
+            # llhttp would hand the body over as upgrade bytes; bodyless ones are served as plain requests.
+            raise HeadError(400, "upgrade with a body")
+    return RequestHead(
+        method, target, version, headers, host, authority, content_length, chunked, keep_alive, websocket
+    )
+
+
+# --- message builders -------------------------------------------------------------------------------
+
+REASONS: dict[int, bytes] = {
+    100: b"Continue",
+    101: b"Switching Protocols",
+    200: b"OK",
+    400: b"Bad Request",
+    403: b"Forbidden",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    408: b"Request Timeout",
+    414: b"URI Too Long",
+    421: b"Misdirected Request",
+    429: b"Too Many Requests",
+    431: b"Request Header Fields Too Large",
+    500: b"Internal Server Error",
+    502: b"Bad Gateway",
+    503: b"Service Unavailable",
+    504: b"Gateway Timeout",
+}
+
+_error_cache: dict[tuple[int, bool], bytes] = {}
+
+
+def error_response(status: int, *, head_only: bool = False) -> bytes:
+    """A complete error response with ``Connection: close``; the body names the status and nothing else."""
+    key = (status, head_only)
+    msg = _error_cache.get(key)
+    if msg is None:
+        reason = REASONS.get(status, b"Error")
+        body = b"%d %s\n" % (status, reason)
+        msg = (
+            b"HTTP/1.1 %d %s\r\n"
+            b"Content-Type: text/plain; charset=utf-8\r\n"
+            b"Content-Length: %d\r\n"
+            b"Cache-Control: no-store\r\n"
+            b"Connection: close\r\n\r\n" % (status, reason, len(body))
+        )
+        if not head_only:
+            msg += body
+        _error_cache[key] = msg
+    return msg
+
+
+def request_head(method: bytes, target: bytes, headers: Iterable[Header], *, framing: Header | None) -> bytes:
+    """The upstream request head (always HTTP/1.1); ``framing`` is Content-Length or Transfer-Encoding."""
+    parts = [method, b" ", target, b" HTTP/1.1\r\n"]
+    extend = parts.extend
+    for name, value in headers:
+        extend((name, b": ", value, b"\r\n"))
+    if framing is not None:
+        extend((framing[0], b": ", framing[1], b"\r\n"))
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def response_head(status: int, reason: bytes, headers: Iterable[Header], extra: Iterable[Header] = ()) -> bytes:
+    parts = [b"HTTP/1.1 %d " % status, reason or REASONS.get(status, b""), b"\r\n"]
+    extend = parts.extend
+    for name, value in headers:
+        extend((name, b": ", value, b"\r\n"))
+    for name, value in extra:
+        extend((name, b": ", value, b"\r\n"))
+    parts.append(b"\r\n")
+    return b"".join(parts)

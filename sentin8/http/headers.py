@@ -1,0 +1,184 @@
+"""Header hygiene for forwarded requests and responses. Sans-IO: header lists in, header lists out.
+
+The edge is the first hop (DESIGN §6 "Headers"): no client-supplied ``X-Sentin8-*`` header survives, on any
+path, in any case, count or position (nor its ``X_Sentin8_*`` spelling, which CGI-style backends conflate
+with it); the authoritative tenant context and ``X-Forwarded-*`` are injected
+here. Hop-by-hop headers (RFC 9110 §7.6.1) never cross the proxy; the bridge re-creates the framing headers
+(Content-Length / Transfer-Encoding) itself. Runs per request: one pass over bytes, lower-case compares.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import uuid
+
+from sentin8.routing import Route
+
+Header = tuple[bytes, bytes]
+
+RESERVED_PREFIX = b"x-sentin8-"
+
+# The reserved names the platform trusts. Every one of them, and any other x-sentin8-*, is stripped.
+RESERVED_NAMES: tuple[bytes, ...] = (
+    b"X-Sentin8-Env-Id",
+    b"X-Sentin8-App-Id",
+    b"X-Sentin8-Service",
+    b"X-Sentin8-Hostname",
+    b"X-Sentin8-Correlation-Id",
+    b"X-Sentin8-Caller-Service",
+    b"X-Sentin8-Org-Id",
+    b"X-Sentin8-Tenant-Id",
+    b"X-Sentin8-User-Id",
+    b"X-Sentin8-Scopes",
+    b"X-Sentin8-Client-Cert",
+)
+
+# Request headers dropped on every path: hop-by-hop (RFC 9110 §7.6.1), the framing headers the bridge
+# re-creates from the parsed message, and client claims about earlier hops (we are the first hop).
+_REQUEST_DROP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"content-length",
+        b"forwarded",
+        b"proxy-authorization",
+    }
+)
+
+_RESPONSE_DROP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-authenticate",
+    }
+)
+
+# Connection options that name no header (or name one we must keep: Host carries the routing).
+_CONNECTION_OPTIONS = frozenset({b"", b"close", b"keep-alive", b"upgrade", b"host"})
+
+_CORRELATION_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+
+
+def correlation_id(client_value: bytes | None) -> bytes:
+    """The client's ``X-Correlation-Id`` when it is 1-128 chars of ``[A-Za-z0-9._:-]``, else ``proxy-<uuid4>``."""
+    if client_value is not None and _CORRELATION_ID.fullmatch(client_value):
+        return client_value
+    return b"proxy-" + str(uuid.uuid4()).encode()
+
+
+def _filter_request(headers: list[Header], websocket: bool) -> tuple[list[Header], bytes | None]:
+    """One pass: drop reserved, hop-by-hop, framing and forwarding headers; remember X-Correlation-Id."""
+    out: list[Header] = []
+    append = out.append
+    corr: bytes | None = None
+    tokens: list[bytes] = []
+    upgrade: Header | None = None
+    for header in headers:
+        low = header[0].lower()
+        if low[:1] == b"x":
+            # "_" too: CGI/WSGI backends read X_Sentin8_Env_Id and X-Sentin8-Env-Id as one name.
+            norm = low.replace(b"_", b"-") if b"_" in low else low
+            if norm[:10] == RESERVED_PREFIX or norm[:12] == b"x-forwarded-" or norm == b"x-real-ip":
+                continue
+            if low == b"x-correlation-id" and corr is None:
+                corr = header[1]
+            append(header)
+        elif low in _REQUEST_DROP:
+            if low == b"connection":
+                for token in header[1].lower().split(b","):
+                    token = token.strip(b" \t")
+                    if token not in _CONNECTION_OPTIONS:
+                        tokens.append(token)
+            elif low == b"upgrade" and websocket and upgrade is None:
+                upgrade = header
+        else:
+            append(header)
+    if tokens:
+        # Headers a client listed in Connection are hop-by-hop too (RFC 9110 §7.6.1); rare, so a second pass.
+        drop = frozenset(tokens)
+        out = [h for h in out if h[0].lower() not in drop]
+    if websocket and upgrade is not None:
+        out.append((b"Connection", b"Upgrade"))
+        out.append(upgrade)
+    return out, corr
+
+
+def forward_headers(
+    headers: list[Header],
+    route: Route,
+    *,
+    client_ip: str,
+    proto: str,
+    host: bytes,
+    hostname: str,
+    websocket: bool = False,
+    client_cert: bytes | None = None,
+) -> tuple[list[Header], bytes]:
+    """The header list to send upstream for a routed request, and its correlation id.
+
+    ``host`` is the Host value as received (for X-Forwarded-Host), ``hostname`` the name it resolved
+    (lower case, no port). ``client_cert`` is the verified client certificate (DER), when there is one.
+    """
+    out, corr_in = _filter_request(headers, websocket)
+    corr = correlation_id(corr_in)
+    out.append((b"X-Sentin8-Env-Id", route.env_id.encode()))
+    out.append((b"X-Sentin8-App-Id", route.app_id.encode()))
+    if route.org_id:
+        out.append((b"X-Sentin8-Org-Id", route.org_id.encode()))
+    out.append((b"X-Sentin8-Service", route.service.encode()))
+    out.append((b"X-Sentin8-Hostname", hostname.encode()))
+    out.append((b"X-Sentin8-Correlation-Id", corr))
+    out.append((b"X-Sentin8-Caller-Service", b"external"))
+    if client_cert:
+        out.append((b"X-Sentin8-Client-Cert", base64.b64encode(client_cert)))
+    out.append((b"X-Forwarded-For", client_ip.encode()))
+    out.append((b"X-Forwarded-Proto", proto.encode()))
+    out.append((b"X-Forwarded-Host", host))
+    return out, corr
+
+
+def passthrough_headers(headers: list[Header], *, websocket: bool = False) -> list[Header]:
+    """The ACME passthrough: the same stripping, nothing injected."""
+    return _filter_request(headers, websocket)[0]
+
+
+def response_headers(headers: list[Header], *, upgrade: bool = False) -> list[Header]:
+    """Drop hop-by-hop headers from an upstream response; the bridge adds its own framing/Connection.
+
+    Content-Length is kept: it is the framing for fixed-length bodies and meaningful on HEAD/304.
+    With ``upgrade`` (a 101), Upgrade is kept and Connection becomes ``Upgrade``.
+    """
+    out: list[Header] = []
+    append = out.append
+    tokens: list[bytes] = []
+    upgrade_header: Header | None = None
+    for header in headers:
+        low = header[0].lower()
+        if low in _RESPONSE_DROP:
+            if low == b"connection":
+                for token in header[1].lower().split(b","):
+                    token = token.strip(b" \t")
+                    if token not in _CONNECTION_OPTIONS and token != b"content-length":
+                        tokens.append(token)
+            elif low == b"upgrade" and upgrade and upgrade_header is None:
+                upgrade_header = header
+        else:
+            append(header)
+    if tokens:
+        drop = frozenset(tokens)
+        out = [h for h in out if h[0].lower() not in drop]
+    if upgrade_header is not None:
+        out.append((b"Connection", b"Upgrade"))
+        out.append(upgrade_header)
+    return out

@@ -1,0 +1,1295 @@
+"""The L7 bridge over real loopback sockets: uvloop proxy in a background thread, threaded raw backends."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import httptools
+import pytest
+import uvloop
+
+from sentin8 import routing
+from sentin8.config import Config, Limits, Upstream
+from sentin8.routing import Instance, Route
+from workers.l7_bridge import L7Bridge, PlainHTTPListener, RequestInfo
+from workers.upstream import UpstreamPool
+
+DEADLINE = 10.0
+
+
+def wait_until(pred: Callable[[], object], timeout: float = DEADLINE, what: str = "condition") -> None:
+    """Poll with a deadline (state owned by another thread; no event to wait on)."""
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+# --------------------------------------------------------------------------------------------------------
+# A small real backend: one thread per connection, raw sockets, keep-alive, a few behaviours by path.
+# --------------------------------------------------------------------------------------------------------
+
+
+class Backend:
+    def __init__(self, name: str = "web") -> None:
+        self.name = name
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.requests: list[dict] = []
+        self.connections = 0
+        self.drop_next_reused = False  # close a reused connection on its next request, answering nothing
+        self.release = threading.Event()  # /hold-echo waits for it before reading the body
+        self.sse_go = threading.Event()
+        self.sent = 0  # bytes of body sent by /big so far
+        self.lock = threading.Lock()
+        self._closed = False
+        self._conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._closed = True
+        self.release.set()
+        self.sse_go.set()
+        self.sock.close()
+        for c in list(self._conns):
+            try:
+                c.close()
+            except OSError:
+                pass
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+                self._conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        f = conn.makefile("rb")
+        served = 0
+        try:
+            while True:
+                line = f.readline(65536)
+                if not line:
+                    return
+                method, target, _ = line.decode("latin-1").split(" ", 2)
+                headers: list[tuple[str, str]] = []
+                while True:
+                    h = f.readline(65536)
+                    if h in (b"\r\n", b"\n", b""):
+                        break
+                    name, _, value = h.decode("latin-1").partition(":")
+                    headers.append((name, value.strip()))
+                if served and self.drop_next_reused:
+                    self.drop_next_reused = False
+                    return
+                served += 1
+                lower = {k.lower(): v for k, v in headers}
+                with self.lock:
+                    self.requests.append({"method": method, "target": target, "headers": headers})
+                if not self._handle(conn, f, method, target, headers, lower):
+                    return
+                if lower.get("connection", "").lower() == "close":
+                    return
+        except OSError:
+            return
+        finally:
+            for closable in (f, conn):
+                try:
+                    closable.close()
+                except OSError:
+                    pass
+
+    @staticmethod
+    def _body_chunks(f, lower: dict[str, str]) -> Iterator[bytes]:
+        if lower.get("transfer-encoding", "").lower() == "chunked":
+            while True:
+                size = int(f.readline().split(b";")[0], 16)
+                if size == 0:
+                    while f.readline() not in (b"\r\n", b""):
+                        pass
+                    return
+                data = f.read(size)
+                f.readline()
+                yield data
+        else:
+            left = int(lower.get("content-length", "0"))
+            while left:
+                data = f.read1(min(left, 65536))
+                if not data:
+                    raise OSError("short body")
+                left -= len(data)
+                yield data
+
+    def _handle(self, conn: socket.socket, f, method: str, target: str, headers, lower) -> bool:
+        path = target.split("?")[0]
+        send = conn.sendall
+        if path in ("/echo", "/hold-echo"):
+            if path == "/hold-echo":
+                self.release.wait(DEADLINE * 3)
+            if lower.get("transfer-encoding", "").lower() == "chunked":
+                send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                for data in self._body_chunks(f, lower):
+                    send(b"%x\r\n%s\r\n" % (len(data), data))
+                send(b"0\r\n\r\n")
+            else:
+                n = int(lower.get("content-length", "0"))
+                send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % n)
+                for data in self._body_chunks(f, lower):
+                    send(data)
+            return True
+        if path == "/continue":
+            if lower.get("expect", "").lower() == "100-continue":
+                send(b"HTTP/1.1 100 Continue\r\n\r\n")
+            body = b"".join(self._body_chunks(f, lower))
+            send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            return True
+        for _ in self._body_chunks(f, lower):
+            pass
+        if path == "/garbage":
+            send(b"NOT HTTP AT ALL\r\n\r\n")
+            return False
+        if path == "/big":
+            n = int(target.split("n=")[1])
+            send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % n)
+            piece = bytes(range(256)) * 256
+            sent = 0
+            while sent < n:
+                chunk = piece[: min(len(piece), n - sent)]
+                send(chunk)
+                sent += len(chunk)
+                self.sent = sent
+            return True
+        if path == "/chunked":
+            send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for i in range(5):
+                data = b"part-%d;" % i
+                send(b"%x\r\n%s\r\n" % (len(data), data))
+            send(b"0\r\nX-Trailer: t\r\n\r\n")
+            return True
+        if path == "/close-delimited":
+            send(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil-the-end")
+            return False
+        if path == "/die":
+            send(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 100_000)
+            conn.shutdown(socket.SHUT_RDWR)
+            return False
+        if path == "/ws":
+            send(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Accept: x\r\n\r\n"
+            )
+            while True:
+                data = f.read1(65536)
+                if not data or data == b"quit":
+                    return False
+                send(b"echo:" + data)
+        if path == "/sse":
+            send(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\r\n")
+            send(b"data: one\n\n")
+            self.sse_go.wait(DEADLINE * 3)
+            send(b"data: two\n\n")
+            return False
+        if method == "HEAD":
+            send(b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nContent-Type: text/plain\r\n\r\n")
+            return True
+        body = json.dumps({"backend": self.name, "target": target, "headers": headers}).encode()
+        send(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        return True
+
+
+# --------------------------------------------------------------------------------------------------------
+# The proxy under test: a uvloop loop in a background thread, a context that records what the bridge reports.
+# --------------------------------------------------------------------------------------------------------
+
+
+class Ctx:
+    def __init__(self, cfg: Config, table: routing.RoutingTable, loop: asyncio.AbstractEventLoop) -> None:
+        self.cfg = cfg
+        self.table = table
+        self.pool = UpstreamPool.from_config(loop, cfg)
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.gauge = 0
+        self.gauge_min = 0
+        self.suspects: list[str] = []
+        self.latencies: list[tuple[str, int, float]] = []
+        self.policy_fn: Callable[[RequestInfo], int | None] | None = None
+        self.tls_fn: Callable[[Instance], object | None] = lambda instance: None
+
+    def resolve(self, host: str) -> Route | None:
+        return self.table.resolve(host)
+
+    def candidates(self, service: str) -> list[Instance]:
+        return list(self.table.instances(service))
+
+    def mark_suspect(self, instance_id: str) -> None:
+        self.suspects.append(instance_id)
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counters[name] += n
+
+    def observe_latency(self, service: str, status: int, seconds: float) -> None:
+        self.latencies.append((service, status, seconds))
+
+    def inflight(self, delta: int) -> None:
+        self.gauge += delta
+        self.gauge_min = min(self.gauge_min, self.gauge)
+
+    def policy(self, request: RequestInfo) -> int | None:
+        return self.policy_fn(request) if self.policy_fn else None
+
+    def upstream_tls(self, instance: Instance) -> object | None:
+        return self.tls_fn(instance)
+
+
+class SNITransport:
+    """Stands in for the TLS layer's plaintext transport: the same methods, plus the SNI."""
+
+    def __init__(self, inner: asyncio.Transport, sni: str) -> None:
+        self._inner = inner
+        self._sni = sni
+
+    def get_extra_info(self, name: str, default=None):
+        if name == "sni":
+            return self._sni
+        return self._inner.get_extra_info(name, default)
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+class TrackingBridge(L7Bridge):
+    track_buffers = True
+    max_write = 0  # the largest single write to the client
+
+    def _write(self, data: bytes) -> None:
+        self.max_write = max(self.max_write, len(data))
+        super()._write(data)
+
+
+class Proxy:
+    def __init__(
+        self,
+        cfg: Config,
+        table: routing.RoutingTable,
+        cls: type[L7Bridge] = TrackingBridge,
+        sni: str | None = None,
+        wrap: Callable[[Callable[[], asyncio.Protocol]], asyncio.Protocol] | None = None,
+    ) -> None:
+        self.loop = uvloop.new_event_loop()
+        self.ctx = Ctx(cfg, table, self.loop)
+        self.bridges: list[L7Bridge] = []
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self.thread.start()
+        ready.wait(DEADLINE)
+
+        def factory() -> asyncio.Protocol:
+            bridge = cls(self.ctx, self.loop, None)
+            if sni is not None:
+                made = bridge.connection_made
+                bridge.connection_made = lambda t: made(SNITransport(t, sni))  # type: ignore[method-assign]
+            self.bridges.append(bridge)
+            return wrap(lambda: bridge) if wrap is not None else bridge
+
+        async def start() -> asyncio.AbstractServer:
+            return await self.loop.create_server(factory, "127.0.0.1", 0)
+
+        self.server = asyncio.run_coroutine_threadsafe(start(), self.loop).result(DEADLINE)
+        self.port = self.server.sockets[0].getsockname()[1]
+        self.clients: list[Client] = []
+
+    def client(self, rcvbuf: int | None = None) -> Client:
+        c = Client(self.port, rcvbuf)
+        self.clients.append(c)
+        return c
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(ready.set)
+        self.loop.run_forever()
+
+    def call(self, fn: Callable[[], object]) -> object:
+        """Run ``fn`` on the proxy's loop and wait for it."""
+
+        async def run() -> object:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(DEADLINE)
+
+    @property
+    def counters(self) -> collections.Counter[str]:
+        return self.ctx.counters
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
+
+        def stop() -> None:
+            self.server.close()
+            self.ctx.pool.close()
+            for b in self.bridges:
+                if b.transport is not None:
+                    b.transport.abort()
+
+        self.call(stop)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(DEADLINE)
+        self.loop.close()
+
+
+# --------------------------------------------------------------------------------------------------------
+# A raw client.
+# --------------------------------------------------------------------------------------------------------
+
+
+class Response:
+    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def header(self, name: str) -> str | None:
+        for k, v in self.headers:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+    def json(self) -> dict:
+        return json.loads(self.body)
+
+
+class Client:
+    def __init__(self, port: int, rcvbuf: int | None = None) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(DEADLINE)
+        self.sock.connect(("127.0.0.1", port))
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _fill(self) -> bool:
+        data = self.sock.recv(262144)
+        if not data:
+            return False
+        self.buf += data
+        return True
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            if not self._fill():
+                raise EOFError("closed")
+        line, _, self.buf = self.buf.partition(b"\r\n")
+        return line
+
+    def _take(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            if not self._fill():
+                raise EOFError("closed mid-body")
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def response(self, head_only: bool = False) -> Response:
+        status_line = self._line()
+        status = int(status_line.split(b" ")[1])
+        headers = []
+        while True:
+            line = self._line()
+            if not line:
+                break
+            k, _, v = line.decode("latin-1").partition(":")
+            headers.append((k, v.strip()))
+        resp = Response(status, headers, b"")
+        if head_only or status in (101, 204, 304) or 100 <= status < 200:
+            return resp
+        if (resp.header("transfer-encoding") or "").lower() == "chunked":
+            parts = []
+            while True:
+                size = int(self._line().split(b";")[0], 16)
+                if size == 0:
+                    while self._line():
+                        pass
+                    break
+                parts.append(self._take(size))
+                self._take(2)
+            resp.body = b"".join(parts)
+        elif resp.header("content-length") is not None:
+            resp.body = self._take(int(resp.header("content-length")))
+        else:
+            while self._fill():
+                pass
+            resp.body, self.buf = self.buf, b""
+        return resp
+
+    def request(self, raw: bytes) -> Response:
+        self.send(raw)
+        return self.response()
+
+    def closed(self, timeout: float = DEADLINE) -> bool:
+        """True when the proxy closes the connection within ``timeout`` (nothing else may arrive first)."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+                self.buf += data
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def get(path: str = "/", host: str = "shop.example.com", extra: bytes = b"") -> bytes:
+    return b"GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (path.encode(), host.encode(), extra)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------------------------------------
+
+
+def make_cfg(header_timeout_s: float = 5, idle_timeout_s: float = 5, pool_idle: int = 32) -> Config:
+    return Config(
+        limits=Limits(header_timeout_s=header_timeout_s, idle_timeout_s=idle_timeout_s),
+        upstream=Upstream(connect_timeout_s=2, pool_max_idle_per_instance=pool_idle),
+    )
+
+
+def make_table(web: list[Backend | int], acme: Backend | None = None, tls: bool = False) -> routing.RoutingTable:
+    instances = []
+    for i, b in enumerate(web):
+        port = b.port if isinstance(b, Backend) else b
+        instances.append(Instance(id=f"web-{i}", service="web", host="127.0.0.1", port=port, tls=tls))
+    if acme is not None:
+        instances.append(Instance(id="acme-0", service="acme", host="127.0.0.1", port=acme.port))
+    routes = [
+        Route(hostname="shop.example.com", service="web", env_id="env-1", app_id="app-1", org_id="org-1"),
+        Route(hostname="*.wild.example.com", service="web", env_id="env-2", app_id="app-2"),
+        Route(hostname="nowhere.example.com", service="ghost"),
+    ]
+    return routing.build(routes, instances, built_at=0.0)
+
+
+@pytest.fixture
+def backend() -> Iterator[Backend]:
+    b = Backend("web")
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def acme() -> Iterator[Backend]:
+    b = Backend("acme")
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def proxies() -> Iterator[list[Proxy]]:
+    made: list[Proxy] = []
+    yield made
+    for p in made:
+        p.close()
+
+
+@pytest.fixture
+def start(proxies: list[Proxy]) -> Callable[..., Proxy]:
+    def _start(table: routing.RoutingTable, cfg: Config | None = None, **kw) -> Proxy:
+        p = Proxy(cfg or make_cfg(), table, **kw)
+        proxies.append(p)
+        return p
+
+    return _start
+
+
+def settled(proxy: Proxy) -> None:
+    """Every request answered: the drain gauge is back to zero and never went below it."""
+    wait_until(lambda: proxy.ctx.gauge == 0, what="inflight gauge back to 0")
+    assert proxy.ctx.gauge_min == 0
+
+
+# --------------------------------------------------------------------------------------------------------
+# Tests
+# --------------------------------------------------------------------------------------------------------
+
+
+def test_forward_injects_context_and_strips_spoofing(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    spoof = (
+        b"X-Sentin8-Env-Id: evil\r\nx-sentin8-app-id: evil\r\nX-SENTIN8-SERVICE: evil\r\n"
+        b"X-Sentin8-Caller-Service: internal\r\nX-Sentin8-Foo: bar\r\nX-Forwarded-For: 6.6.6.6\r\n"
+        b"X-Forwarded-Host: evil\r\nX-Correlation-Id: abc-123\r\nConnection: keep-alive, X-Drop-Me\r\n"
+        b"X-Drop-Me: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n"
+    )
+    r = c.request(get("/hello?x=1", extra=spoof))
+    assert r.status == 200
+    body = r.json()
+    assert body["target"] == "/hello?x=1"
+    names = [k.lower() for k, _ in body["headers"]]
+    got = {k.lower(): v for k, v in body["headers"]}
+    assert names.count("x-sentin8-env-id") == 1 and got["x-sentin8-env-id"] == "env-1"
+    assert got["x-sentin8-app-id"] == "app-1"
+    assert got["x-sentin8-org-id"] == "org-1"
+    assert got["x-sentin8-service"] == "web"
+    assert got["x-sentin8-hostname"] == "shop.example.com"
+    assert got["x-sentin8-caller-service"] == "external"
+    assert got["x-sentin8-correlation-id"] == "abc-123"
+    assert "x-sentin8-foo" not in got
+    assert names.count("x-forwarded-for") == 1 and got["x-forwarded-for"] == "127.0.0.1"
+    assert got["x-forwarded-proto"] == "https"
+    assert got["x-forwarded-host"] == "shop.example.com"
+    for hop in ("connection", "keep-alive", "te", "x-drop-me"):
+        assert hop not in got
+    assert proxy.counters["status_2xx"] == 1
+    c.close()
+    settled(proxy)
+
+
+def dead_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now: connections are refused
+    return port
+
+
+def send_in_thread(c: Client, data: bytes, chunk: int = 65536) -> threading.Thread:
+    def run() -> None:
+        try:
+            view = memoryview(data)
+            for i in range(0, len(view), chunk):
+                c.sock.sendall(view[i : i + chunk])
+        except OSError:
+            pass
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+BOUND = 1024 * 1024  # the most bytes the bridge may hold for one connection, whatever the body size
+
+
+def test_header_count_cap_counts_host(start, backend):
+    proxy = start(make_table([backend]))
+    ok = b"".join(b"X-H%d: v\r\n" % i for i in range(99))  # + Host = 100 lines: allowed
+    c = proxy.client()
+    assert c.request(get(extra=ok)).status == 200
+    c.close()
+    c = proxy.client()
+    r = c.request(get(extra=ok + b"X-One-Too-Many: v\r\n"))
+    assert r.status == 431
+    assert r.header("connection") == "close"
+    assert c.closed()
+    assert proxy.counters["http_431"] == 1
+    assert len(backend.requests) == 1
+    settled(proxy)
+
+
+def test_header_bytes_cap(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    big = b"X-Big: " + b"a" * 70000 + b"\r\n"
+    r = c.request(get(extra=big))
+    assert r.status == 431 and c.closed()
+    # A header line that never ends is cut off too (httptools would buffer it whole).
+    c = proxy.client()
+    c.send(b"GET / HTTP/1.1\r\nHost: shop.example.com\r\nX-Endless: ")
+    t = send_in_thread(c, b"b" * 400_000)
+    assert c.response().status == 431
+    assert c.closed()
+    t.join(DEADLINE)
+    assert proxy.counters["http_431"] == 2
+    assert not backend.requests
+    settled(proxy)
+
+
+SMUGGLING = {
+    "cl+te": b"POST / HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+    "te+cl": b"POST / HTTP/1.1\r\nHost: shop.example.com\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+    "dup-cl": b"POST / HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+    "te-gzip-chunked": b"POST / HTTP/1.1\r\nHost: shop.example.com\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+    "te-twice": b"POST / HTTP/1.1\r\nHost: shop.example.com\r\nTransfer-Encoding: gzip\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n",
+    "obs-fold": b"GET / HTTP/1.1\r\nHost: shop.example.com\r\nX-A: b\r\n c\r\n\r\n",
+    "bare-lf": b"GET / HTTP/1.1\nHost: shop.example.com\n\n",
+    "no-host": b"GET / HTTP/1.1\r\nX: y\r\n\r\n",
+    "two-hosts": b"GET / HTTP/1.1\r\nHost: shop.example.com\r\nHost: evil.example.com\r\n\r\n",
+    "http2-line": b"GET / HTTP/2.0\r\nHost: shop.example.com\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("raw", list(SMUGGLING.values()), ids=list(SMUGGLING))
+def test_malformed_is_400_and_closed(start, backend, raw):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    r = c.request(raw)
+    assert r.status == 400
+    assert r.header("connection") == "close"
+    assert c.closed()
+    assert proxy.counters["http_400"] == 1
+    assert not backend.requests
+    settled(proxy)
+
+
+def test_bad_chunk_after_head_is_400(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(b"PUT /hold-echo HTTP/1.1\r\nHost: shop.example.com\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+    r = c.response()
+    assert r.status == 400 and c.closed()
+    backend.release.set()
+    settled(proxy)
+
+
+def test_unknown_host_is_421(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    r = c.request(get(host="unknown.example.org"))
+    assert r.status == 421 and c.closed()
+    assert proxy.counters["http_421"] == 1
+    assert not backend.requests
+    settled(proxy)
+
+
+def test_host_must_match_sni(start, backend):
+    proxy = start(make_table([backend]), sni="shop.example.com")
+    c = proxy.client()
+    assert c.request(get(host="SHOP.example.com:443")).status == 200
+    r = c.request(get(host="a.wild.example.com"))  # routable, but not the name this connection was opened for
+    assert r.status == 421 and c.closed()
+    assert len(backend.requests) == 1
+    settled(proxy)
+
+
+def test_wildcard_route_injects_requested_hostname(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    got = {k.lower(): v for k, v in c.request(get(host="Api.Wild.Example.com")).json()["headers"]}
+    assert got["x-sentin8-hostname"] == "api.wild.example.com"
+    assert got["x-sentin8-env-id"] == "env-2"
+    assert got["x-forwarded-host"] == "Api.Wild.Example.com"
+    assert "x-sentin8-org-id" not in got
+    assert got["x-sentin8-correlation-id"].startswith("proxy-")
+    settled(proxy)
+
+
+def test_acme_passthrough_before_host_lookup(start, backend, acme):
+    proxy = start(make_table([backend], acme=acme))
+    proxy.ctx.policy_fn = lambda info: 429  # the policy must not even be asked
+    c = proxy.client()
+    spoof = b"X-Sentin8-Env-Id: evil\r\nX-Sentin8-Client-Cert: evil\r\nx-sentin8-x: y\r\n"
+    r = c.request(get("/.well-known/acme-challenge/tok123", host="not-routed.example.net", extra=spoof))
+    assert r.status == 200
+    body = r.json()
+    assert body["backend"] == "acme" and body["target"] == "/.well-known/acme-challenge/tok123"
+    names = {k.lower() for k, _ in body["headers"]}
+    assert not any(n.startswith("x-sentin8-") for n in names)
+    assert not any(n.startswith("x-forwarded-") for n in names)
+    assert not backend.requests
+    settled(proxy)
+
+
+def test_plain_listener_only_serves_acme(start, backend, acme):
+    proxy = start(make_table([backend], acme=acme), cls=PlainHTTPListener)
+    c = proxy.client()
+    r = c.request(get("/.well-known/acme-challenge/abc", host="shop.example.com"))
+    assert r.status == 200 and r.json()["backend"] == "acme"
+    r = c.request(get("/", host="shop.example.com"))
+    assert r.status == 404 and c.closed()
+    assert not backend.requests
+    settled(proxy)
+
+
+def test_policy_hook_refuses(start, backend):
+    proxy = start(make_table([backend]))
+    seen: list[RequestInfo] = []
+
+    def policy(info: RequestInfo) -> int | None:
+        seen.append(info)
+        return 429 if info.path == b"/limited" else None
+
+    proxy.ctx.policy_fn = policy
+    c = proxy.client()
+    assert c.request(get("/fine")).status == 200
+    r = c.request(get("/limited?q=1"))
+    assert r.status == 429 and c.closed()
+    assert seen[1].target == b"/limited?q=1" and seen[1].client_ip == "127.0.0.1"
+    assert seen[1].route.service == "web" and seen[1].host == "shop.example.com"
+    assert proxy.counters["policy_blocked"] == 1 and proxy.counters["http_429"] == 1
+    assert len(backend.requests) == 1
+    settled(proxy)
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_10mb_body_both_ways(start, backend, chunked):
+    proxy = start(make_table([backend]))
+    payload = bytes(range(256)) * (10 * 1024 * 1024 // 256)
+    c = proxy.client()
+    if chunked:
+        framed = (
+            b"".join(
+                b"%x\r\n%s\r\n" % (len(payload[i : i + 100_000]), payload[i : i + 100_000])
+                for i in range(0, len(payload), 100_000)
+            )
+            + b"0\r\n\r\n"
+        )
+        head = b"POST /echo HTTP/1.1\r\nHost: shop.example.com\r\nTransfer-Encoding: chunked\r\n\r\n"
+    else:
+        framed = payload
+        head = b"POST /echo HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: %d\r\n\r\n" % len(payload)
+    t = send_in_thread(c, head + framed)
+    r = c.response()
+    t.join(DEADLINE)
+    assert r.status == 200
+    assert len(r.body) == len(payload) and r.body == payload
+    assert proxy.bridges[0].max_buffered < BOUND
+    assert proxy.bridges[0].max_write <= 16384
+    # the connection stays usable
+    assert c.request(get("/after")).status == 200
+    settled(proxy)
+
+
+def test_response_backpressure_bounds_memory(start, backend):
+    proxy = start(make_table([backend]))
+    n = 10 * 1024 * 1024
+    c = proxy.client(rcvbuf=65536)
+    c.send(get(f"/big?n={n}"))
+    # The client reads nothing: the bridge must stop reading the backend rather than buffer.
+    wait_until(lambda: proxy.counters["backpressure_upstream_paused"] >= 1, what="upstream reading paused")
+    assert proxy.bridges[0].max_buffered < BOUND
+    r = c.response()
+    assert len(r.body) == n and r.body[:512] == bytes(range(256)) * 2
+    assert proxy.bridges[0].max_buffered < BOUND
+    assert proxy.bridges[0].max_write <= 16384
+    settled(proxy)
+
+
+def test_request_backpressure_bounds_memory(start):
+    backend = Backend("web")
+    backend.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    try:
+        proxy = start(make_table([backend]))
+        n = 10 * 1024 * 1024
+        payload = b"z" * n
+        c = proxy.client()
+        head = b"POST /hold-echo HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: %d\r\n\r\n" % n
+        t = send_in_thread(c, head + payload)
+        # The backend reads nothing yet: the bridge must stop reading the client rather than buffer.
+        wait_until(lambda: proxy.counters["backpressure_client_paused"] >= 1, what="client reading paused")
+        assert proxy.bridges[0].max_buffered < BOUND
+        backend.release.set()
+        r = c.response()
+        t.join(DEADLINE)
+        assert r.status == 200 and len(r.body) == n and r.body == payload
+        assert proxy.bridges[0].max_buffered < BOUND
+        settled(proxy)
+    finally:
+        backend.close()
+
+
+def test_keepalive_reuse_counts_warm_and_cold(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    for i in range(3):
+        assert c.request(get(f"/{i}")).status == 200
+    c.close()
+    c2 = proxy.client()
+    assert c2.request(get("/other-client")).status == 200
+    assert backend.connections == 1
+    assert proxy.counters["upstream_cold"] == 1
+    assert proxy.counters["upstream_warm"] == 3
+    assert proxy.counters["requests"] == 4
+    settled(proxy)
+
+
+def test_stale_pooled_connection_is_retried_once(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    assert c.request(get("/first")).status == 200
+    backend.drop_next_reused = True  # the backend closes the pooled connection as the next request lands
+    r = c.request(get("/second"))
+    assert r.status == 200 and r.json()["target"] == "/second"
+    assert proxy.counters["upstream_stale_retry"] == 1
+    assert proxy.counters["upstream_cold"] == 2 and proxy.counters["upstream_warm"] == 1
+    assert backend.connections == 2
+    settled(proxy)
+
+
+def test_stale_connection_not_replayed_for_post(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    assert c.request(get("/first")).status == 200
+    backend.drop_next_reused = True
+    r = c.request(b"POST /pay HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 0\r\n\r\n")
+    assert r.status == 502  # RFC 9110 §9.2.2: a proxy does not retry non-idempotent requests
+    assert proxy.counters["upstream_stale_retry"] == 0
+    settled(proxy)
+
+
+def test_backend_dying_mid_response_closes_client(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(get("/die"))
+    with pytest.raises(EOFError):
+        c.response()
+    assert proxy.counters["upstream_truncated"] == 1
+    settled(proxy)
+
+
+def test_connect_failure_marks_suspect_and_tries_next(start, backend):
+    proxy = start(make_table([dead_port(), backend]))
+    c = proxy.client()
+    r = c.request(get("/"))
+    assert r.status == 200
+    assert proxy.ctx.suspects == ["web-0"]
+    settled(proxy)
+
+
+def test_no_reachable_backend_is_502_and_none_is_503(start):
+    proxy = start(make_table([dead_port(), dead_port()]))
+    c = proxy.client()
+    t0 = time.monotonic()
+    r = c.request(get("/"))
+    assert r.status == 502 and c.closed()
+    assert time.monotonic() - t0 < 2  # refused connections fail fast
+    assert proxy.ctx.suspects == ["web-0", "web-1"]
+    c = proxy.client()
+    r = c.request(get("/", host="nowhere.example.com"))
+    assert r.status == 503 and c.closed()
+    assert proxy.counters["http_502"] == 1 and proxy.counters["http_503"] == 1
+    settled(proxy)
+
+
+def test_websocket_upgrade_becomes_raw_pipe(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(
+        b"GET /ws HTTP/1.1\r\nHost: shop.example.com\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+        b"Sec-WebSocket-Key: k\r\nSec-WebSocket-Version: 13\r\nX-Sentin8-User-Id: evil\r\n\r\nearly"
+    )
+    r = c.response()
+    assert r.status == 101 and r.header("upgrade") == "websocket"
+    got = {k.lower(): v for k, v in backend.requests[0]["headers"]}
+    assert got["upgrade"] == "websocket" and got["connection"].lower() == "upgrade"
+    assert "x-sentin8-user-id" not in got and got["x-sentin8-service"] == "web"
+    want = b"echo:early"
+    while len(c.buf) < len(want):
+        assert c._fill()
+    assert c.buf == want
+    c.buf = b""
+    c.send(b"\x81\x05hello")
+    while len(c.buf) < 12:
+        assert c._fill()
+    assert c.buf == b"echo:\x81\x05hello"
+    c.buf = b""
+    big = bytes(range(256)) * 4096  # 1 MiB through the pipe, both ways
+    t = send_in_thread(c, big)
+    while len(c.buf) < len(big) + 5:
+        assert c._fill()
+    t.join(DEADLINE)
+    assert c.buf.replace(b"echo:", b"") == big
+    assert proxy.bridges[0].max_write <= 16384
+    assert proxy.counters["websocket_upgrades"] == 1
+    c.close()
+    settled(proxy)
+
+
+def test_sse_streams_unbuffered(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(get("/sse", extra=b"Accept: text/event-stream\r\n"))
+    # The first event must arrive while the backend still holds the second back.
+    while b"data: one" not in c.buf:
+        assert c._fill()
+    assert not backend.sse_go.is_set()
+    backend.sse_go.set()
+    while not c.buf.endswith(b"0\r\n\r\n"):
+        assert c._fill()
+    assert b"data: two" in c.buf and b"text/event-stream" in c.buf
+    settled(proxy)
+
+
+def test_chunked_and_close_delimited_responses(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    r = c.request(get("/chunked"))
+    assert r.body == b"part-0;part-1;part-2;part-3;part-4;"
+    r = c.request(get("/close-delimited"))
+    assert r.body == b"until-the-end"
+    assert r.header("transfer-encoding") == "chunked"  # re-framed: the client connection survives
+    assert c.request(get("/again")).status == 200
+    settled(proxy)
+
+
+def test_head_response_has_no_body(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(b"HEAD / HTTP/1.1\r\nHost: shop.example.com\r\n\r\n")
+    r = c.response(head_only=True)
+    assert r.status == 200 and r.header("content-length") == "1234"
+    assert c.request(get("/next")).status == 200
+    settled(proxy)
+
+
+def test_pipelined_requests_answered_in_order(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(get("/one") + get("/two") + b"POST /echo HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 3\r\n\r\nabc")
+    assert c.response().json()["target"] == "/one"
+    assert c.response().json()["target"] == "/two"
+    assert c.response().body == b"abc"
+    settled(proxy)
+
+
+def test_client_connection_close_honoured(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    r = c.request(get("/", extra=b"Connection: close\r\n"))
+    assert r.status == 200 and r.header("connection") == "close"
+    assert c.closed()
+    assert backend.requests[0]["headers"][-1][0] == "X-Forwarded-Host"  # nothing after the injected ones
+    assert proxy.call(lambda: proxy.ctx.pool.idle_count()) == 1  # the upstream connection stays pooled
+    settled(proxy)
+
+
+def test_http10_client_gets_close(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(b"GET /chunked HTTP/1.0\r\nHost: shop.example.com\r\n\r\n")
+    r = c.response()
+    assert r.header("transfer-encoding") is None and r.body == b"part-0;part-1;part-2;part-3;part-4;"
+    assert c.closed()
+    settled(proxy)
+
+
+def test_slowloris_closed_by_header_deadline(start, backend):
+    proxy = start(make_table([backend]), cfg=make_cfg(header_timeout_s=0.5))
+    c = proxy.client()
+    head = get("/")
+    t0 = time.monotonic()
+    closed = threading.Event()
+    # Drip the head one byte at a time: the deadline runs from the first byte, not from the last.
+    for b in head[:-2]:
+        try:
+            c.sock.send(bytes([b]))
+        except OSError:
+            closed.set()
+            break
+        if closed.wait(0.03):
+            break
+        if time.monotonic() - t0 > 3:
+            break
+    assert c.closed(timeout=DEADLINE)
+    assert time.monotonic() - t0 < 3
+    assert proxy.counters["slowloris_closed"] == 1
+    assert not backend.requests
+    # A connection that never sends anything is closed as well.
+    c2 = proxy.client()
+    assert c2.closed(timeout=DEADLINE)
+    assert proxy.counters["slowloris_closed"] == 2
+    settled(proxy)
+
+
+def test_idle_keepalive_timeout_closes(start, backend):
+    proxy = start(make_table([backend]), cfg=make_cfg(idle_timeout_s=0.3))
+    c = proxy.client()
+    assert c.request(get("/")).status == 200
+    assert c.closed(timeout=DEADLINE)
+    assert proxy.counters["idle_closed"] == 1
+    settled(proxy)
+
+
+def test_drain_closes_idle_and_finishes_inflight_with_close(start, backend):
+    proxy = start(make_table([backend]))
+    idle = proxy.client()
+    assert idle.request(get("/")).status == 200
+    busy = proxy.client()
+    busy.send(b"POST /hold-echo HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 2\r\n\r\nhi")
+    wait_until(lambda: proxy.ctx.gauge == 1, what="request in flight")
+    proxy.call(lambda: [b.begin_drain() for b in proxy.bridges])
+    assert idle.closed()
+    backend.release.set()
+    r = busy.response()
+    assert r.body == b"hi" and r.header("connection") == "close"
+    assert busy.closed()
+    settled(proxy)
+
+
+def test_client_abort_mid_response_releases_everything(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client(rcvbuf=65536)
+    c.send(get(f"/big?n={50 * 1024 * 1024}"))
+    wait_until(lambda: proxy.counters["backpressure_upstream_paused"] >= 1, what="response streaming")
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    c.close()  # RST
+    wait_until(lambda: proxy.counters["client_aborted"] == 1, what="abort noticed")
+    settled(proxy)
+    assert proxy.call(lambda: proxy.ctx.pool.idle_count()) == 0  # a half-read response is never pooled
+
+
+def test_expect_100_continue_is_relayed(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(b"POST /continue HTTP/1.1\r\nHost: shop.example.com\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
+    assert c.response().status == 100  # the client waits for this before sending its body
+    c.send(b"body")
+    r = c.response()
+    assert r.status == 200 and r.body == b"body"
+    settled(proxy)
+
+
+def test_request_body_idle_timeout(start, backend):
+    proxy = start(make_table([backend]), cfg=make_cfg(idle_timeout_s=0.3))
+    c = proxy.client()
+    c.send(b"POST /hold-echo HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 10\r\n\r\nabc")
+    r = c.response()  # the body stalls: 408 while nothing of the response was sent yet
+    assert r.status == 408 and c.closed()
+    assert proxy.counters["body_timeout"] == 1
+    # Once the response has started, a stalled body can only cut the connection.
+    c = proxy.client()
+    c.send(b"POST /echo HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 10\r\n\r\nabc")
+    with pytest.raises(EOFError):
+        c.response()
+    assert proxy.counters["body_timeout"] == 2
+    settled(proxy)
+
+
+def test_garbage_from_backend_is_502(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    r = c.request(get("/garbage"))
+    assert r.status == 502 and c.closed()
+    assert proxy.counters["upstream_errors"] == 1
+    settled(proxy)
+
+
+def test_websocket_refused_by_backend_is_a_normal_response(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    r = c.request(get("/plain", extra=b"Connection: Upgrade\r\nUpgrade: websocket\r\n"))
+    assert r.status == 200 and r.header("connection") == "close"
+    assert c.closed()
+    settled(proxy)
+
+
+def test_websocket_backend_close_closes_client(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    r = c.request(get("/ws", extra=b"Connection: Upgrade\r\nUpgrade: websocket\r\n"))
+    assert r.status == 101
+    c.send(b"quit")
+    assert c.closed()
+    settled(proxy)
+
+
+def test_other_upgrade_served_as_plain_request(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(
+        get("/h2c", extra=b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: x\r\n") + get("/n")
+    )
+    r = c.response()
+    assert r.status == 200
+    names = {k.lower() for k, _ in r.json()["headers"]}
+    assert not names & {"upgrade", "connection", "http2-settings"}
+    assert c.response().json()["target"] == "/n"
+    settled(proxy)
+
+
+def test_half_closed_client_still_gets_its_response(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(get("/"))
+    c.sock.shutdown(socket.SHUT_WR)
+    assert c.response().status == 200
+    assert c.closed()
+    settled(proxy)
+
+
+def test_bridge_tls_hook_wraps_the_upstream_protocol(start, backend):
+    proxy = start(make_table([backend], tls=True))
+    wrapped: list[str] = []
+
+    def tls_for(instance: Instance) -> object:
+        def wrap(inner: asyncio.Protocol) -> asyncio.Protocol:
+            wrapped.append(instance.id)
+            return inner  # a real TLS client protocol would handshake, then call inner.connection_made
+
+        return wrap
+
+    proxy.ctx.tls_fn = tls_for
+    c = proxy.client()
+    assert c.request(get("/")).status == 200
+    assert wrapped == ["web-0"]
+    # Without a TLS client for a TLS instance, nothing is sent in clear: 502.
+    proxy.ctx.tls_fn = lambda instance: None
+    proxy.call(proxy.ctx.pool.close_idle)
+    c = proxy.client()
+    assert c.request(get("/")).status == 502
+    assert len(backend.requests) == 1
+    settled(proxy)
+
+
+class FailingHandshake(asyncio.Protocol):
+    """A wrapping protocol whose handshake fails at once, the way the TLS layer reports it."""
+
+    def __init__(self) -> None:
+        self.handshake_complete: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.handshake_complete.set_exception(ConnectionError("handshake failed"))
+        transport.abort()
+
+
+def test_failed_upstream_handshake_fails_over_fast(start, backend):
+    proxy = start(make_table([backend, backend], tls=True))
+    seen: list[str] = []
+
+    def tls_for(instance: Instance) -> object:
+        seen.append(instance.id)
+        if instance.id == "web-0":
+            return lambda inner: FailingHandshake()
+        return lambda inner: inner
+
+    proxy.ctx.tls_fn = tls_for
+    c = proxy.client()
+    t0 = time.monotonic()
+    assert c.request(get("/")).status == 200
+    assert time.monotonic() - t0 < 1.5  # well under connect_timeout_s (2 s here)
+    assert seen == ["web-0", "web-1"] and proxy.ctx.suspects == ["web-0"]
+    settled(proxy)
+
+
+class _HeadersApp(asyncio.Protocol):
+    """A tiny HTTP responder (inside TLS in the test below): answers each request with its headers."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.parser = httptools.HttpRequestParser(self)
+        self.headers: list[tuple[str, str]] = []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.decode(), value.decode()))
+
+    def on_message_complete(self) -> None:
+        body = json.dumps({"backend": "tls", "headers": self.headers}).encode()
+        self.headers = []
+        self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+
+def _server_cert(certstore, name: str):
+    from cryptography.hazmat.primitives import serialization
+
+    now = time.time()
+    cert, key = certstore.self_signed_mldsa65([name], now - 60, now + 3600)
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return certstore.parse_pair(name, cert.public_bytes(serialization.Encoding.PEM), key_pem, now)
+
+
+def test_over_real_pq_tls_both_sides(start):
+    """TLSServerProtocol in front (SNI from the handshake), TLSClientProtocol to a bridge-mode backend."""
+    tls_layer = pytest.importorskip("workers.tls_layer")
+    tls = pytest.importorskip("sentin8.tls")
+    certstore = pytest.importorskip("sentin8.certstore")
+    pqclient = pytest.importorskip("tests.pqclient")
+    front = tls.server_context(_server_cert(certstore, "shop.example.com"))
+    back = tls.server_context(_server_cert(certstore, "backend.internal"))
+    upstream_ctx = tls.upstream_context()
+    proxy = start(make_table([]), wrap=lambda app: tls_layer.TLSServerProtocol(front, app))
+
+    async def serve_backend() -> int:
+        server = await proxy.loop.create_server(lambda: tls_layer.TLSServerProtocol(back, _HeadersApp), "127.0.0.1", 0)
+        return server.sockets[0].getsockname()[1]
+
+    port = asyncio.run_coroutine_threadsafe(serve_backend(), proxy.loop).result(DEADLINE)
+    proxy.ctx.table = make_table([port], tls=True)
+    proxy.ctx.tls_fn = lambda instance: (
+        lambda inner: tls_layer.TLSClientProtocol(upstream_ctx, lambda: inner, server_hostname="backend.internal")
+    )
+
+    def client() -> object:
+        sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=DEADLINE)
+        c = pqclient.PQClient(sock, "shop.example.com")
+        c.handshake()
+        return c
+
+    c = client()
+    for _ in range(2):  # the second request reuses the pooled TLS connection
+        raw = c.request(get("/", extra=b"X-Sentin8-Env-Id: evil\r\n"))
+        assert raw.startswith(b"HTTP/1.1 200 ")
+        got = {k.lower(): v for k, v in json.loads(raw.partition(b"\r\n\r\n")[2])["headers"]}
+        assert got["x-sentin8-env-id"] == "env-1" and got["x-forwarded-proto"] == "https"
+    assert proxy.counters["upstream_cold"] == 1 and proxy.counters["upstream_warm"] == 1
+    c = client()
+    assert c.request(get("/", host="a.wild.example.com")).startswith(b"HTTP/1.1 421 ")  # Host is not the SNI
+    settled(proxy)
+
+
+def test_concurrent_keepalive_clients_share_a_bounded_pool(start, backend):
+    proxy = start(make_table([backend]), cfg=make_cfg(pool_idle=4))
+    errors: list[BaseException] = []
+    go = threading.Event()
+
+    def worker(n: int) -> None:
+        try:
+            c = proxy.client()
+            go.wait(DEADLINE)
+            for i in range(25):
+                if i % 5 == 4:
+                    body = b"x" * (1000 * n + i)
+                    r = c.request(
+                        b"POST /echo HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: %d\r\n\r\n%s"
+                        % (len(body), body)
+                    )
+                    assert r.body == body
+                else:
+                    r = c.request(get(f"/{n}/{i}"))
+                    assert r.json()["target"] == f"/{n}/{i}"
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(20)]
+    for t in threads:
+        t.start()
+    go.set()
+    for t in threads:
+        t.join(DEADLINE * 3)
+    assert not errors, errors[:3]
+    assert proxy.counters["status_2xx"] == 500
+    assert proxy.counters["upstream_warm"] + proxy.counters["upstream_cold"] == 500
+    assert proxy.counters["upstream_warm"] > proxy.counters["upstream_cold"]
+    assert proxy.call(lambda: proxy.ctx.pool.idle_count()) <= 4
+    settled(proxy)
+
+
+@pytest.fixture(autouse=True)
+def no_loop_errors(caplog):
+    """Nothing may be logged at ERROR by the bridge or the loop (unhandled callback errors, lost tasks)."""
+    yield
+    bad = [r for r in caplog.records if r.levelno >= 40 and r.name in ("sentin8.l7", "asyncio")]
+    assert not bad, [r.getMessage() for r in bad]

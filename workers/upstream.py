@@ -1,0 +1,227 @@
+"""Upstream connections for the L7 bridge: one asyncio Protocol per backend connection, pooled per instance.
+
+A connection has at most one owner (the request exchange using it) and forwards its transport events to it.
+Idle connections wait in a per-instance LIFO stack (the most recently used one is the likeliest still open),
+bounded by ``pool_max_idle_per_instance``, each closed after ``idle_timeout_s``. An idle connection the
+backend closes, or that receives unsolicited bytes, leaves the pool at once.
+
+Plain TCP ("offload") is built in. TLS ("bridge") goes through ``tls``, whatever ``L7Context.upstream_tls``
+returns for the instance: an ``ssl.SSLContext`` (stdlib TLS), or a callable ``wrap(inner) -> protocol``
+that must call ``inner.connection_made(tls_transport)`` once the handshake is done and forward plaintext to
+``inner``. If that protocol has a ``handshake_complete`` future, a failed handshake fails the connect at once
+(instead of at ``connect_timeout_s``). With ``workers.tls_layer``::
+
+    lambda inner: TLSClientProtocol(client_ctx, lambda: inner, server_hostname=..., verify_name=...)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+from typing import Protocol
+
+from sentin8.routing import Instance
+
+WRITE_HIGH_WATER = 64 * 1024
+
+
+class UpstreamOwner(Protocol):
+    """What an exchange implements to receive its upstream connection's events."""
+
+    def upstream_data(self, data: bytes) -> None: ...
+    def upstream_lost(self, conn: UpstreamConn, exc: Exception | None) -> None: ...
+    def upstream_pause_writing(self) -> None: ...
+    def upstream_resume_writing(self) -> None: ...
+
+
+class UpstreamConn(asyncio.Protocol):
+    __slots__ = ("_idle_timer", "closed", "instance_id", "owner", "pool", "read_paused", "ready", "transport", "uses")
+
+    def __init__(self, pool: UpstreamPool, instance_id: str) -> None:
+        self.pool = pool
+        self.instance_id = instance_id
+        self.transport: asyncio.Transport | None = None
+        self.owner: UpstreamOwner | None = None
+        self.uses = 0  # requests sent on it; > 1 means it came from the pool
+        self.closed = False
+        self.read_paused = False
+        self.ready: asyncio.Future[None] = pool.loop.create_future()
+        self._idle_timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol ----------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        try:
+            transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[attr-defined]
+        except (AttributeError, NotImplementedError):
+            pass
+        if not self.ready.done():
+            self.ready.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        owner = self.owner
+        if owner is not None:
+            owner.upstream_data(data)
+        else:
+            # Bytes on an idle connection (a late 408, garbage): it can no longer carry a request.
+            self.close()
+
+    def eof_received(self) -> bool:
+        return False  # close; connection_lost tells the owner (a close-delimited body ends there)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self.ready.done():
+            self.ready.set_exception(exc or ConnectionResetError("upstream closed during connect"))
+            self.ready.exception()  # retrieved: an abandoned connect must not log "never retrieved"
+        owner, self.owner = self.owner, None
+        if owner is not None:
+            owner.upstream_lost(self, exc)
+        else:
+            self.pool._forget(self)
+
+    def pause_writing(self) -> None:
+        if self.owner is not None:
+            self.owner.upstream_pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.owner is not None:
+            self.owner.upstream_resume_writing()
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def pause_reading(self) -> None:
+        if not self.read_paused and not self.closed and self.transport is not None:
+            self.read_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.read_paused:
+            self.read_paused = False
+            if not self.closed and self.transport is not None:
+                self.transport.resume_reading()
+
+    def close(self) -> None:
+        """Close, dropping unsent bytes: a connection we give up on carries nothing more worth sending."""
+        self.owner = None
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.abort()
+        self.pool._forget(self)
+
+
+class UpstreamPool:
+    """Per-worker pool of idle keep-alive connections, keyed by instance id."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        max_idle_per_instance: int = 32,
+        connect_timeout_s: float = 3.0,
+        idle_timeout_s: float = 15.0,
+    ) -> None:
+        self.loop = loop
+        self.max_idle = max_idle_per_instance
+        self.connect_timeout_s = connect_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self._idle: dict[str, list[UpstreamConn]] = {}
+        self._closed = False
+
+    @classmethod
+    def from_config(cls, loop: asyncio.AbstractEventLoop, cfg) -> UpstreamPool:  # cfg: sentin8.config.Config
+        return cls(
+            loop,
+            max_idle_per_instance=cfg.upstream.pool_max_idle_per_instance,
+            connect_timeout_s=cfg.upstream.connect_timeout_s,
+        )
+
+    def acquire(self, instance_id: str) -> UpstreamConn | None:
+        """A live idle connection to ``instance_id`` (most recently used first), or None."""
+        stack = self._idle.get(instance_id)
+        while stack:
+            conn = stack.pop()
+            if conn._idle_timer is not None:
+                conn._idle_timer.cancel()
+                conn._idle_timer = None
+            transport = conn.transport
+            if conn.closed or transport is None or transport.is_closing():
+                continue
+            conn.uses += 1
+            return conn
+        return None
+
+    def release(self, conn: UpstreamConn) -> None:
+        """Return a connection whose exchange ended cleanly; it waits idle or is closed when over the cap."""
+        conn.owner = None
+        conn.resume_reading()  # an idle connection must read, or a backend close would go unseen
+        transport = conn.transport
+        if self._closed or conn.closed or transport is None or transport.is_closing() or self.max_idle <= 0:
+            conn.close()
+            return
+        stack = self._idle.setdefault(conn.instance_id, [])
+        stack.append(conn)
+        conn._idle_timer = self.loop.call_later(self.idle_timeout_s, conn.close)
+        if len(stack) > self.max_idle:
+            oldest = stack.pop(0)
+            oldest.close()
+
+    def _forget(self, conn: UpstreamConn) -> None:
+        if conn._idle_timer is not None:
+            conn._idle_timer.cancel()
+            conn._idle_timer = None
+        stack = self._idle.get(conn.instance_id)
+        if stack and conn in stack:
+            stack.remove(conn)
+
+    async def connect(self, instance: Instance, tls: object | None = None) -> UpstreamConn:
+        """A new connection (the handshake done, for TLS) within ``connect_timeout_s``; raises OSError/TimeoutError."""
+        conn = UpstreamConn(self, instance.id)
+        conn.uses = 1
+        factory: Callable[[], asyncio.Protocol]
+        ssl_ctx: ssl.SSLContext | None = None
+        server_hostname: str | None = None
+        if tls is None:
+            factory = lambda: conn  # noqa: E731
+        elif isinstance(tls, ssl.SSLContext):
+            ssl_ctx, server_hostname = tls, instance.host
+            factory = lambda: conn  # noqa: E731
+        elif callable(tls):
+            # BRIDGE HOOK: the TLS helper's client protocol wraps `conn` and reports the handshake through it.
+            wrap = tls
+            factory = lambda: wrap(conn)  # noqa: E731
+        else:
+            raise TypeError(f"upstream_tls returned {type(tls).__name__}, not an SSLContext or a callable")
+
+        async def open_() -> None:
+            transport, proto = await self.loop.create_connection(
+                factory, instance.host, instance.port, ssl=ssl_ctx, server_hostname=server_hostname
+            )
+            try:
+                handshake = getattr(proto, "handshake_complete", None) if proto is not conn else None
+                if isinstance(handshake, asyncio.Future):
+                    await handshake  # raises when the handshake fails
+                await conn.ready
+            except BaseException:
+                transport.abort()
+                raise
+
+        await asyncio.wait_for(open_(), self.connect_timeout_s)
+        return conn
+
+    def close_idle(self) -> None:
+        """Close every idle connection (drain, shutdown)."""
+        stacks, self._idle = self._idle, {}
+        for stack in stacks.values():
+            for conn in stack:
+                conn.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self.close_idle()
+
+    def idle_count(self, instance_id: str | None = None) -> int:
+        if instance_id is not None:
+            return len(self._idle.get(instance_id, ()))
+        return sum(len(s) for s in self._idle.values())
