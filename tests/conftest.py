@@ -23,8 +23,8 @@ def backend_factory(tmp_path):
 def fleet_factory(tmp_path):
     made: list[Fleet] = []
 
-    def make(body: str, workers: int = 2, extra: str = "") -> Fleet:
-        f = Fleet(str(tmp_path), body, workers, extra)
+    def make(body: str, workers: int = 2, extra: str = "", **kw) -> Fleet:
+        f = Fleet(str(tmp_path), body, workers, extra, **kw)
         made.append(f)
         return f
 

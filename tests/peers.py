@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -86,6 +87,100 @@ class TLSBackend:
         return ssl.PEM_cert_to_DER_cert(Path(self.cert_path).read_text())
 
 
+class HTTPBackend:
+    """A plain-HTTP backend ("offload" mode): answers every request with a JSON echo of what it received
+    (method, path, headers as a list of pairs, body length) and records each request."""
+
+    def __init__(self, name: str) -> None:
+        import http.server
+        import json as _json
+
+        self.name = name
+        self.requests: list[dict] = []
+        backend = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _answer(self) -> None:
+                if self.headers.get("Upgrade", "").lower() == "websocket":
+                    return self._websocket()
+                if self.path.startswith("/big/"):
+                    return self._big(int(self.path.split("/")[2]))
+                if self.path == "/die":
+                    return self._die()
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                seen = {
+                    "backend": backend.name,
+                    "method": self.command,
+                    "path": self.path,
+                    "headers": [[k, v] for k, v in self.headers.items()],
+                    "body_len": len(body),
+                    "body_sha256": hashlib.sha256(body).hexdigest(),
+                }
+                backend.requests.append(seen)
+                out = _json.dumps(seen).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+            def _big(self, n: int) -> None:
+                """n pseudo-random bytes, deterministic so the client can check them."""
+                self.send_response(200)
+                self.send_header("Content-Length", str(n))
+                self.end_headers()
+                for off in range(0, n, 65536):
+                    self.wfile.write(pattern(off, min(65536, n - off)))
+
+            def _die(self) -> None:
+                """Promise a megabyte, send a little, then vanish (RST)."""
+                self.send_response(200)
+                self.send_header("Content-Length", "1000000")
+                self.end_headers()
+                self.wfile.write(b"x" * 1000)
+                self.wfile.flush()
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                self.close_connection = True
+
+            def _websocket(self) -> None:
+                """101, then echo raw bytes until EOF (framing is the client's business)."""
+                self.send_response(101)
+                self.send_header("Upgrade", "websocket")
+                self.send_header("Connection", "Upgrade")
+                self.end_headers()
+                self.wfile.flush()
+                while True:
+                    data = self.connection.recv(65536)
+                    if not data:
+                        break
+                    self.connection.sendall(data)
+                self.close_connection = True
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def pattern(offset: int, n: int) -> bytes:
+    """Deterministic bytes for offset..offset+n of a large body (cheap to produce and to check)."""
+    block = hashlib.sha256(b"%d" % (offset // 65536)).digest() * 2048
+    start = offset % 65536
+    return block[start : start + n]
+
+
 def tls_client(port: int, sni: str, host: str = "127.0.0.1", timeout: float = 5.0) -> ssl.SSLSocket:
     """An internal client (loopback): classical TLS straight through to the backend's own certificate."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -115,21 +210,31 @@ def connection_closed(sock: socket.socket, timeout: float = 5.0) -> bool:
 class Fleet:
     """``sentin8-proxy run`` as a real subprocess on free ports."""
 
-    def __init__(self, workdir: str, body: str, workers: int = 2, extra: str = "") -> None:
+    def __init__(
+        self,
+        workdir: str,
+        body: str,
+        workers: int = 2,
+        extra: str = "",
+        host: str = "127.0.0.1",
+        http: str = "",
+        limits: str = "",
+    ) -> None:
         self.workdir = workdir
-        self.port = free_port()
+        self.port = free_port(host)
         self.config = os.path.join(workdir, "proxy.toml")
         Path(self.config).write_text(
             f"""
 [listen]
-https = "127.0.0.1:{self.port}"
-http = ""
+https = "{host}:{self.port}"
+http = "{http}"
 mgmt = ""
 [fleet]
 workers = {workers}
 drain_timeout_s = 10
 [limits]
 peek_timeout_s = 2
+{limits}
 [tls]
 cert_dir = "{workdir}/certs"
 state_dir = "{workdir}/state"

@@ -141,6 +141,9 @@ class PQClient:
             data = bytes(self._buf[:n])
             del self._buf[:n]
             return data
+        return self._recv_tls(n)
+
+    def _recv_tls(self, n: int = _CHUNK) -> bytes:
         while True:
             try:
                 return self.conn.recv(n)
@@ -153,7 +156,7 @@ class PQClient:
                 return b""
 
     def _fill(self) -> bool:
-        data = self.recv()
+        data = self._recv_tls()  # never from _buf: that would shuffle the buffer forever
         if not data:
             return False
         self._buf += data

@@ -15,16 +15,22 @@ import time
 import uvloop
 
 from sentin8 import lifecycle, routing
+from sentin8.certstore import CertStore
 from sentin8.config import Config
 from sentin8.netclass import Classifier
+from sentin8.policy import EdgePolicy
 from sentin8.routing import Instance, RoutingTable
 from sentin8.selection import Selector
 from sentin8.shm.snapshot import SnapshotCache
 from sentin8.shm.state import SharedState
+from sentin8.tls import SNIContexts
 
 from .l4_pipe import PipePool, SplicePipe
+from .l7_bridge import L7Bridge, PlainHTTPListener
+from .l7_context import WorkerL7Context
 from .listener import bind_reuseport
 from .peek import PeekFailed, peek_client_hello
+from .tls_layer import TLSServerProtocol
 
 ACCEPT_BATCH = 64
 
@@ -49,7 +55,12 @@ class Worker:
         self.selector = Selector(shared.suspects(), cfg.sources.health_fresh_s, cfg.sources.suspect_ttl_s)
         self.classifier = Classifier(cfg.network.internal_cidrs)
         self.pipes = PipePool()
+        self.policy = EdgePolicy(cfg.policy, shared.buckets())
+        self.certs = CertStore(cfg.tls.cert_dir, cfg.tls.state_dir)
+        self.sni = SNIContexts(self.certs, client_ca_file=cfg.tls.client_ca_file)
+        self.bridges: set[L7Bridge] = set()
         self.listeners: list[socket.socket] = []
+        self.http_listener: socket.socket | None = None
         self.open = 0  # connections this worker holds, any stage: drain waits for zero
         self.draining = False
         self.loop: asyncio.AbstractEventLoop
@@ -63,9 +74,15 @@ class Worker:
     async def _main(self) -> int:
         self.loop = asyncio.get_running_loop()
         self.stopped = self.loop.create_future()
-        self.listeners.append(bind_reuseport(self.cfg.listen.https, "listen.https"))
-        for sock in self.listeners:
-            self.loop.add_reader(sock.fileno(), self._on_accept, sock)
+        self.l7 = WorkerL7Context(self, self.loop, self.policy)
+        self.certs.bootstrap()  # first boot generates it (once, under a file lock), not the first handshake
+        https = bind_reuseport(self.cfg.listen.https, "listen.https")
+        self.listeners.append(https)
+        self.loop.add_reader(https.fileno(), self._on_accept, https)
+        if self.cfg.listen.http:
+            self.http_listener = bind_reuseport(self.cfg.listen.http, "listen.http")
+            self.listeners.append(self.http_listener)
+            self.loop.add_reader(self.http_listener.fileno(), self._on_accept, self.http_listener)
         self.loop.add_signal_handler(signal.SIGTERM, self.begin_drain)
         self.loop.add_signal_handler(signal.SIGINT, self.begin_drain)
         self.loop.add_signal_handler(signal.SIGQUIT, self._stop_now)
@@ -73,6 +90,7 @@ class Worker:
         lifecycle.send(self.status_fd, lifecycle.WORKER_LISTENING)
         code = await self.stopped
         self.pipes.close()
+        self.l7.pool.close()
         return code
 
     def _close_listeners(self) -> None:
@@ -87,6 +105,9 @@ class Worker:
             return
         self.draining = True
         self._close_listeners()
+        self.l7.pool.close_idle()
+        for bridge in list(self.bridges):
+            bridge.begin_drain()  # idle keep-alive connections close now, busy ones after their response
         self.loop.call_later(self.cfg.fleet.drain_timeout_s, self._finish, 0)
         self._maybe_finished()
 
@@ -117,7 +138,10 @@ class Worker:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.counters.inc("accepted")
             self._hold(+1)
-            self.loop.create_task(self._handle(conn, addr))
+            if listener is self.http_listener:
+                self.loop.create_task(self._serve_http(conn, addr))
+            else:
+                self.loop.create_task(self._handle(conn, addr))
 
     def _hold(self, delta: int) -> None:
         self.open += delta
@@ -137,7 +161,7 @@ class Worker:
                 self.counters.inc(exc.reason)
                 return
             if not self.classifier.is_internal(addr[0]):
-                handed_off = self.serve_external(conn, addr, hello.sni)
+                handed_off = await self.serve_external(conn, addr)
                 return
             self.counters.inc("connections_l4")
             handed_off = await self._serve_l4(conn, hello.sni)
@@ -148,11 +172,44 @@ class Worker:
                 conn.close()
                 self._hold(-1)
 
-    def serve_external(self, conn: socket.socket, addr: tuple, sni: str | None) -> bool:
-        """The L7 seam: external connections are TLS-terminated and bridged. Returns True when the
-        connection was handed to something that will release it (``_hold(-1)``) itself."""
-        self.counters.inc("external_refused")
-        return False
+    async def serve_external(self, conn: socket.socket, addr: tuple) -> bool:
+        """External: terminate PQ TLS (certificate per SNI, bootstrap when none) and bridge at L7. The peeked
+        ClientHello is still in the socket, so the TLS layer reads it as if nothing happened. Returns True once
+        the transport owns the socket; its ``connection_lost`` releases the hold."""
+        self.counters.inc("connections_l7")
+        layer = _TrackedTLS(
+            self,
+            self.sni.front,
+            lambda: self._new_bridge(L7Bridge, addr, "https"),
+            handshake_timeout=self.cfg.limits.handshake_timeout_s,
+            on_handshake_error=self._handshake_error,
+            on_handshake_done=lambda _conn: self.counters.inc("handshake_ok"),
+        )
+        await self.loop.connect_accepted_socket(lambda: layer, sock=conn)
+        return True
+
+    async def _serve_http(self, conn: socket.socket, addr: tuple) -> None:
+        """:80 — ACME HTTP-01 only, for every source; everything else is 404."""
+        self.counters.inc("connections_http")
+        try:
+            await self.loop.connect_accepted_socket(
+                lambda: _Released(self, self._new_bridge(PlainHTTPListener, addr, "http")), sock=conn
+            )
+        except Exception:
+            conn.close()
+            self._hold(-1)
+
+    def _new_bridge(self, kind: type[L7Bridge], addr: tuple, scheme: str) -> L7Bridge:
+        bridge = kind(self.l7, self.loop, addr, scheme)
+        self.bridges.add(bridge)
+        if self.draining:
+            bridge.begin_drain()
+        return bridge
+
+    def _handshake_error(self, reason: str) -> None:
+        self.counters.inc("handshake_errors")
+        if reason == "timeout":
+            self.counters.inc("handshake_timeout")
 
     async def _serve_l4(self, conn: socket.socket, sni: str | None) -> bool:
         if sni is None:
@@ -210,3 +267,53 @@ class Worker:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return sock
         return None
+
+
+class _TrackedTLS(TLSServerProtocol):
+    """The TLS layer of one external connection, releasing the worker's hold when the connection ends."""
+
+    def __init__(self, worker: Worker, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._worker = worker
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        app = self._app
+        try:
+            super().connection_lost(exc)
+        finally:
+            if app is not None:
+                self._worker.bridges.discard(app)
+            self._worker._hold(-1)
+
+
+class _Released(asyncio.Protocol):
+    """Wraps a plain-HTTP bridge so the worker's hold is released with the connection."""
+
+    def __init__(self, worker: Worker, bridge: L7Bridge) -> None:
+        self._worker = worker
+        self._bridge = bridge
+
+    def __getattr__(self, name: str):
+        return getattr(self._bridge, name)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._bridge.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._bridge.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._bridge.eof_received()
+
+    def pause_writing(self) -> None:
+        self._bridge.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._bridge.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        try:
+            self._bridge.connection_lost(exc)
+        finally:
+            self._worker.bridges.discard(self._bridge)
+            self._worker._hold(-1)

@@ -1,0 +1,80 @@
+"""What a worker gives every L7 bridge: routing, selection, suspects, counters, policy and upstream TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sentin8 import tls
+from sentin8.config import Config
+from sentin8.policy import EdgePolicy
+from sentin8.routing import Instance, Route
+
+from .l7_bridge import RequestInfo
+from .tls_layer import TLSClientProtocol
+from .upstream import UpstreamPool
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+
+class WorkerL7Context:
+    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop, policy: EdgePolicy) -> None:
+        self.worker = worker
+        self.cfg: Config = worker.cfg
+        self.counters = worker.counters
+        self.edge_policy = policy
+        self.pool = UpstreamPool.from_config(loop, self.cfg)
+        up = self.cfg.upstream
+        self._upstream_ctx = None
+        self._upstream_opts = {"ca_file": up.ca_file, "client_cert": up.client_cert, "client_key": up.client_key}
+
+    def resolve(self, host: str) -> Route | None:
+        table = self.worker.routes.current()
+        return table.resolve(host) if table is not None else None
+
+    def candidates(self, service: str) -> list[Instance]:
+        return self.worker.candidates(service)
+
+    def mark_suspect(self, instance_id: str) -> None:
+        self.counters.inc("backend_connect_errors")
+        self.worker.selector.mark_suspect(instance_id, time.time())
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counters.inc(name, n)
+
+    def observe_latency(self, service: str, status: int, seconds: float) -> None:
+        self.counters.observe_latency(seconds)
+
+    def inflight(self, delta: int) -> None:
+        self.counters.add_gauge("active_connections", delta)
+
+    def policy(self, request: RequestInfo) -> int | None:
+        verdict = self.edge_policy.check(request.client_ip, request.host, request.target)
+        if verdict is None:
+            return None
+        status, counter = verdict
+        self.counters.inc(counter)
+        return status
+
+    def upstream_tls(self, instance: Instance) -> Callable[[asyncio.Protocol], asyncio.Protocol] | None:
+        """Bridge mode for ``tls = true`` instances: TLS (mTLS when a client cert is configured) to the backend."""
+        if not instance.tls:
+            return None
+        if self._upstream_ctx is None:
+            self._upstream_ctx = tls.upstream_context(**self._upstream_opts)
+        ctx = self._upstream_ctx
+        verify = instance.host if self.cfg.upstream.ca_file else None
+
+        def wrap(inner: asyncio.Protocol) -> asyncio.Protocol:
+            return TLSClientProtocol(
+                ctx,
+                lambda: inner,
+                verify_name=verify,
+                handshake_timeout=self.cfg.upstream.connect_timeout_s,
+                on_handshake_error=lambda reason: self.counters.inc("upstream_errors"),
+            )
+
+        return wrap
