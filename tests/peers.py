@@ -97,6 +97,8 @@ class HTTPBackend:
 
         self.name = name
         self.requests: list[dict] = []
+        self.slow_started = threading.Event()
+        self.release_slow = threading.Event()
         backend = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -109,6 +111,9 @@ class HTTPBackend:
                     return self._big(int(self.path.split("/")[2]))
                 if self.path == "/die":
                     return self._die()
+                if self.path.startswith("/slow/"):
+                    backend.slow_started.set()
+                    backend.release_slow.wait(30)  # held until the test lets it answer
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 seen = {

@@ -326,3 +326,24 @@ def test_smuggling_shapes_are_rejected_not_forwarded(external_host, fleet_factor
         status, _, _ = request(external_host, fleet, "shop.apps.test", raw)
         assert status == 400, raw
     assert web.requests == []
+
+
+def test_sigterm_drains_an_in_flight_l7_request_and_the_gauge_shows_it(external_host, fleet_factory, web):  # noqa: F811
+    import signal
+
+    from tests.peers import wait_until
+
+    fleet = l7_fleet(fleet_factory, web)
+    client = PQClient(external_host.connect(fleet.port), "shop.apps.test", timeout=20)
+    client.handshake()
+    client.sendall(b"GET /slow/1 HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n")
+    assert web.slow_started.wait(10)
+    wait_until(lambda: fleet.stats().get("active_connections") == 1, 5, 0.05, what="in-flight gauge = 1")
+    fleet.signal(signal.SIGTERM)
+    wait_until(lambda: "draining" in fleet.output(), 5, what="drain started")
+    web.release_slow.set()
+    resp = client.request(b"")
+    assert resp.startswith(b"HTTP/1.1 200")
+    assert b"connection: close" in resp.lower()  # a draining worker ends keep-alive after the response
+    client.close()
+    assert fleet.proc.wait(15) == 0
