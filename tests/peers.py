@@ -91,7 +91,8 @@ class HTTPBackend:
     """A plain-HTTP backend ("offload" mode): answers every request with a JSON echo of what it received
     (method, path, headers as a list of pairs, body length) and records each request."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, tls: tuple[str, str] | None = None, client_ca: str | None = None) -> None:
+        """``tls`` = (cert, key): serve HTTPS ("bridge" mode); ``client_ca``: require a client certificate."""
         import http.server
         import json as _json
 
@@ -123,6 +124,7 @@ class HTTPBackend:
                     "headers": [[k, v] for k, v in self.headers.items()],
                     "body_len": len(body),
                     "body_sha256": hashlib.sha256(body).hexdigest(),
+                    "client_cert": bool(getattr(self.connection, "getpeercert", lambda: None)()),
                 }
                 backend.requests.append(seen)
                 out = _json.dumps(seen).encode()
@@ -171,6 +173,13 @@ class HTTPBackend:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        if tls is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            if client_ca:
+                ctx.verify_mode = ssl.CERT_REQUIRED
+                ctx.load_verify_locations(client_ca)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

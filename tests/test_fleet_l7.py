@@ -347,3 +347,63 @@ def test_sigterm_drains_an_in_flight_l7_request_and_the_gauge_shows_it(external_
     assert b"connection: close" in resp.lower()  # a draining worker ends keep-alive after the response
     client.close()
     assert fleet.proc.wait(15) == 0
+
+
+def test_bridge_mode_forwards_over_tls_with_a_client_certificate(external_host, fleet_factory, tmp_path):  # noqa: F811
+    from supervisor.demo import write_demo_cert
+    from tests.peers import HTTPBackend
+
+    (tmp_path / "srv").mkdir()
+    (tmp_path / "cli").mkdir()
+    server_pair = write_demo_cert(str(tmp_path / "srv"), "backend.internal")
+    client_cert, client_key = write_demo_cert(str(tmp_path / "cli"), "sentin8-proxy")
+    secure = HTTPBackend("secure", tls=server_pair, client_ca=client_cert)
+    try:
+        fleet = fleet_factory(
+            f"""
+[upstream]
+client_cert = "{client_cert}"
+client_key = "{client_key}"
+[[instances]]
+service = "web"
+id = "web-tls"
+host = "127.0.0.1"
+port = {secure.port}
+tls = true
+[[domains]]
+hostname = "shop.apps.test"
+service = "web"
+""",
+            host="0.0.0.0",
+        )
+        for i in range(3):  # the second and third reuse the pooled TLS connection
+            status, _, body = request(
+                external_host, fleet, "shop.apps.test", b"GET /b%d HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n" % i
+            )
+            assert status == 200
+            seen = json.loads(body)
+            assert seen["backend"] == "secure" and seen["client_cert"] is True
+    finally:
+        secure.close()
+
+
+def test_acme_on_443_bypasses_host_lookup_and_injection(external_host, fleet_factory, web):  # noqa: F811
+    fleet = fleet_factory(
+        f"""
+[[instances]]
+service = "acme"
+id = "acme-1"
+host = "127.0.0.1"
+port = {web.port}
+""",
+        host="0.0.0.0",
+    )
+    raw = (
+        b"GET /.well-known/acme-challenge/xyz HTTP/1.1\r\nHost: not-yet-registered.test\r\n"
+        b"X-Sentin8-Env-Id: evil\r\n\r\n"
+    )
+    status, _, body = request(external_host, fleet, "not-yet-registered.test", raw)
+    assert status == 200
+    seen = json.loads(body)
+    assert seen["path"] == "/.well-known/acme-challenge/xyz"
+    assert not any(k.lower().startswith("x-sentin8-") for k, _ in seen["headers"])
