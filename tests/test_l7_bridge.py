@@ -309,6 +309,7 @@ class Proxy:
         self.server = asyncio.run_coroutine_threadsafe(start(), self.loop).result(DEADLINE)
         self.port = self.server.sockets[0].getsockname()[1]
         self.clients: list[Client] = []
+        self.extra_servers: list[asyncio.AbstractServer] = []  # closed with the proxy
 
     def client(self, rcvbuf: int | None = None) -> Client:
         c = Client(self.port, rcvbuf)
@@ -318,7 +319,10 @@ class Proxy:
     def _run(self, ready: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(ready.set)
-        self.loop.run_forever()
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()  # here, not in the test thread: a broken loop must not hang the test run
 
     def call(self, fn: Callable[[], object]) -> object:
         """Run ``fn`` on the proxy's loop and wait for it."""
@@ -342,11 +346,12 @@ class Proxy:
             for b in self.bridges:
                 if b.transport is not None:
                     b.transport.abort()
+            for server in self.extra_servers:
+                server.close()
 
         self.call(stop)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(DEADLINE)
-        self.loop.close()
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -1224,6 +1229,7 @@ def test_over_real_pq_tls_both_sides(start):
 
     async def serve_backend() -> int:
         server = await proxy.loop.create_server(lambda: tls_layer.TLSServerProtocol(back, _HeadersApp), "127.0.0.1", 0)
+        proxy.extra_servers.append(server)
         return server.sockets[0].getsockname()[1]
 
     port = asyncio.run_coroutine_threadsafe(serve_backend(), proxy.loop).result(DEADLINE)
@@ -1232,8 +1238,11 @@ def test_over_real_pq_tls_both_sides(start):
         lambda inner: tls_layer.TLSClientProtocol(upstream_ctx, lambda: inner, server_hostname="backend.internal")
     )
 
+    socks: list[socket.socket] = []
+
     def client() -> object:
         sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=DEADLINE)
+        socks.append(sock)
         c = pqclient.PQClient(sock, "shop.example.com")
         c.handshake()
         return c
@@ -1247,6 +1256,8 @@ def test_over_real_pq_tls_both_sides(start):
     assert proxy.counters["upstream_cold"] == 1 and proxy.counters["upstream_warm"] == 1
     c = client()
     assert c.request(get("/", host="a.wild.example.com")).startswith(b"HTTP/1.1 421 ")  # Host is not the SNI
+    for sock in socks:
+        sock.close()
     settled(proxy)
 
 
