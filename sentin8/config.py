@@ -85,6 +85,7 @@ class Tls(_Section):
 
 class Upstream(_Section):
     connect_timeout_s: float = 3
+    response_timeout_s: float = 60  # request fully sent -> first response byte, else 504 (not for tunnels)
     client_cert: str = ""
     client_key: str = ""
     ca_file: str = ""
@@ -197,6 +198,7 @@ def _check(cfg: Config) -> None:
         "sources.health_refresh_s": cfg.sources.health_refresh_s,
         "sources.suspect_ttl_s": cfg.sources.suspect_ttl_s,
         "upstream.connect_timeout_s": cfg.upstream.connect_timeout_s,
+        "upstream.response_timeout_s": cfg.upstream.response_timeout_s,
         "policy.rate_limit_rps": cfg.policy.rate_limit_rps,
         "policy.rate_limit_burst": cfg.policy.rate_limit_burst,
         "metrics.interval_s": cfg.metrics.interval_s,

@@ -407,3 +407,18 @@ port = {web.port}
     seen = json.loads(body)
     assert seen["path"] == "/.well-known/acme-challenge/xyz"
     assert not any(k.lower().startswith("x-sentin8-") for k, _ in seen["headers"])
+
+
+def test_a_backend_that_never_answers_gets_504_at_the_response_timeout(external_host, fleet_factory, web):  # noqa: F811
+    import time
+
+    fleet = l7_fleet(fleet_factory, web, extra="[upstream]\nresponse_timeout_s = 1\n")
+    started = time.monotonic()
+    status, _, _ = request(
+        external_host, fleet, "shop.apps.test", b"GET /slow/x HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n"
+    )
+    assert status == 504
+    assert 0.9 < time.monotonic() - started < 5
+    web.release_slow.set()
+    status, _, _ = request(external_host, fleet, "shop.apps.test", b"GET / HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n")
+    assert status == 200  # the timed-out connection was not pooled: no late answer leaks into this one

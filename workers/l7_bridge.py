@@ -614,6 +614,7 @@ class _Exchange:
         "_cand_idx",
         "_candidates",
         "_out",
+        "_resp_timer",
         "_task",
         "body_written",
         "bridge",
@@ -666,6 +667,7 @@ class _Exchange:
         self.close_client = False
         self.resp_parser: httptools.HttpResponseParser | None = None
         self._out: list[bytes] | None = None  # response bytes batched during one upstream read
+        self._resp_timer: asyncio.TimerHandle | None = None
         self._reset_response()
 
     def _reset_response(self) -> None:
@@ -811,6 +813,7 @@ class _Exchange:
         assert head is not None
         if head.websocket:
             transport.write(self.head_bytes)
+            self._await_response()
             return  # its bytes wait for the 101
         parts = [self.head_bytes]
         if req.body:
@@ -830,6 +833,8 @@ class _Exchange:
             transport.write(parts[0])
         else:
             transport.writelines(parts)  # one vectored write on uvloop
+        if req.complete:
+            self._await_response()
         if body_held := b._paused & _P_BUFFER:
             b._unpause(body_held)
         if b.track_buffers:
@@ -849,6 +854,25 @@ class _Exchange:
     def client_body_end(self) -> None:
         if not self.done and self.conn is not None:
             self._write_body_end()
+            self._await_response()
+
+    def _await_response(self) -> None:
+        """The request is all sent: the backend has ``upstream.response_timeout_s`` to start answering."""
+        if self._resp_timer is None and not self.resp_started:
+            timeout = self.bridge.ctx.cfg.upstream.response_timeout_s
+            self._resp_timer = self.bridge.loop.call_later(timeout, self._response_timeout)
+
+    def _stop_response_timer(self) -> None:
+        timer, self._resp_timer = self._resp_timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _response_timeout(self) -> None:
+        self._resp_timer = None
+        if self.done or self.resp_started:
+            return
+        self.bridge.ctx.count("upstream_timeout")
+        self.respond_error(504)  # the connection is closed, never pooled: a late answer must not leak
 
     def _write_body(self, data: bytes) -> None:
         transport = self.conn.transport  # type: ignore[union-attr]
@@ -866,6 +890,8 @@ class _Exchange:
     def upstream_data(self, data: bytes) -> None:
         if self.done:
             return
+        if self._resp_timer is not None:
+            self._stop_response_timer()
         self.resp_started = True
         if self.tunnel:
             self.bridge._write_split(data)
@@ -1120,6 +1146,7 @@ class _Exchange:
         self.done = True
         self.bridge.ctx.count("client_aborted")
         self._cancel_connect()
+        self._stop_response_timer()
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.close()
@@ -1136,6 +1163,7 @@ class _Exchange:
         self.done = True
         b = self.bridge
         self._cancel_connect()
+        self._stop_response_timer()
         conn, self.conn = self.conn, None
         if conn is not None:
             if reuse and not conn.closed:

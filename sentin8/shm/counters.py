@@ -51,6 +51,7 @@ NAMES: tuple[str, ...] = (
     "upstream_cold",
     "upstream_stale_retry",
     "upstream_errors",
+    "upstream_timeout",
     "slowloris_closed",
     "idle_closed",
     "websocket_upgrades",
