@@ -17,11 +17,9 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,30 +27,12 @@ import psycopg
 import pytest
 import redis
 
+from tests.peers import free_port, wait_until
+
 REPO = Path(__file__).resolve().parent.parent
 GRANTS_SQL = REPO / "sql" / "grants.sql"
 PROXY_ROLE = "sentin8_proxy"
 START_DEADLINE_S = 30.0
-
-
-def free_port() -> int:
-    """A port the kernel just handed out on 127.0.0.1 (bind to 0), so parallel workers pick different ones."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(
-    check: Callable[[], bool], what: str, deadline_s: float = START_DEADLINE_S, step_s: float = 0.02
-) -> None:
-    """Poll ``check`` until it returns True or the deadline passes (then fail loudly)."""
-    end = time.monotonic() + deadline_s
-    while True:
-        if check():
-            return
-        if time.monotonic() > end:
-            raise TimeoutError(f"{what}: not ready within {deadline_s} s")
-        time.sleep(step_s)
 
 
 def _log_tail(path: Path, lines: int = 30) -> str:
@@ -103,7 +83,7 @@ class RedisServer:
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         args += ["--dir", str(self.dir), "--logfile", str(self.log), "--daemonize", "no"]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        wait_until(self._ping, f"{self.binary} on port {self.port}")
+        wait_until(self._ping, START_DEADLINE_S, what=f"{self.binary} on port {self.port}")
 
     def stop(self, kill: bool = False) -> None:
         """SIGTERM (clean shutdown) or SIGKILL (``kill=True``, a crash); returns once the process is gone."""
@@ -181,7 +161,7 @@ class PostgresServer:
         )
         self._run([self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "-t", "60", "start"])
         self.running = True
-        wait_until(self._accepts, f"postgres on port {self.port}")
+        wait_until(self._accepts, START_DEADLINE_S, what=f"postgres on port {self.port}")
 
     def stop(self, mode: str = "fast") -> None:
         """``fast`` (clean, disconnects clients) or ``immediate`` (a crash)."""

@@ -66,6 +66,21 @@ _RESPONSE_DROP = frozenset(
 
 # Connection options that name no header (or name one we must keep: Host carries the routing).
 _CONNECTION_OPTIONS = frozenset({b"", b"close", b"keep-alive", b"upgrade", b"host"})
+# a backend cannot make the proxy drop the response's own framing by listing it in Connection
+_RESPONSE_CONNECTION_OPTIONS = _CONNECTION_OPTIONS | {b"content-length"}
+
+
+def _listed_in_connection(value: bytes, keep: frozenset[bytes]) -> list[bytes]:
+    """Header names a Connection value lists: hop-by-hop too (RFC 9110 §7.6.1), minus the ones we keep."""
+    return [t for t in (tok.strip(b" \t") for tok in value.lower().split(b",")) if t not in keep]
+
+
+def _drop_listed(out: list[Header], tokens: list[bytes]) -> list[Header]:
+    # rare (clients and backends seldom list extra names), so a second pass only when they do
+    if not tokens:
+        return out
+    drop = frozenset(tokens)
+    return [h for h in out if h[0].lower() not in drop]
 
 _CORRELATION_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 
@@ -96,18 +111,12 @@ def _filter_request(headers: list[Header], websocket: bool) -> tuple[list[Header
             append(header)
         elif low in _REQUEST_DROP:
             if low == b"connection":
-                for token in header[1].lower().split(b","):
-                    token = token.strip(b" \t")
-                    if token not in _CONNECTION_OPTIONS:
-                        tokens.append(token)
+                tokens += _listed_in_connection(header[1], _CONNECTION_OPTIONS)
             elif low == b"upgrade" and websocket and upgrade is None:
                 upgrade = header
         else:
             append(header)
-    if tokens:
-        # Headers a client listed in Connection are hop-by-hop too (RFC 9110 §7.6.1); rare, so a second pass.
-        drop = frozenset(tokens)
-        out = [h for h in out if h[0].lower() not in drop]
+    out = _drop_listed(out, tokens)
     if websocket and upgrade is not None:
         out.append((b"Connection", b"Upgrade"))
         out.append(upgrade)
@@ -167,17 +176,12 @@ def response_headers(headers: list[Header], *, upgrade: bool = False) -> list[He
         low = header[0].lower()
         if low in _RESPONSE_DROP:
             if low == b"connection":
-                for token in header[1].lower().split(b","):
-                    token = token.strip(b" \t")
-                    if token not in _CONNECTION_OPTIONS and token != b"content-length":
-                        tokens.append(token)
+                tokens += _listed_in_connection(header[1], _RESPONSE_CONNECTION_OPTIONS)
             elif low == b"upgrade" and upgrade and upgrade_header is None:
                 upgrade_header = header
         else:
             append(header)
-    if tokens:
-        drop = frozenset(tokens)
-        out = [h for h in out if h[0].lower() not in drop]
+    out = _drop_listed(out, tokens)
     if upgrade_header is not None:
         out.append((b"Connection", b"Upgrade"))
         out.append(upgrade_header)
