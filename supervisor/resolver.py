@@ -51,7 +51,8 @@ class Resolver:
         reload = asyncio.Event()
         stop: asyncio.Future[None] = loop.create_future()
         loop.add_signal_handler(signal.SIGHUP, reload.set)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the supervisor decides
+        for sig in (signal.SIGTERM, signal.SIGQUIT):
             loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
         task = loop.create_task(make_runner(self.cfg, self.config_path).run(self.publish, reload))
         await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)

@@ -84,7 +84,7 @@ class Worker:
             self.listeners.append(self.http_listener)
             self.loop.add_reader(self.http_listener.fileno(), self._on_accept, self.http_listener)
         self.loop.add_signal_handler(signal.SIGTERM, self.begin_drain)
-        self.loop.add_signal_handler(signal.SIGINT, self.begin_drain)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the supervisor decides
         self.loop.add_signal_handler(signal.SIGQUIT, self._stop_now)
         self.loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the supervisor replaces us instead
         lifecycle.send(self.status_fd, lifecycle.WORKER_LISTENING)
