@@ -1,0 +1,284 @@
+"""The bench's own load clients, for what wrk and h2load cannot do: raw L4 and WebSocket round trips.
+
+Each returns a ``Sample``: the value, the count it was derived from, and errors seen on the client side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import multiprocessing as mp
+import selectors
+import socket
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+
+from bench import pqtls, ws
+
+
+@dataclass
+class Sample:
+    value: float | None  # None: the cell failed
+    count: float = 0  # requests, connections, bytes, round trips: what the CPU time is divided by
+    errors: int = 0
+    detail: dict = field(default_factory=dict)
+    error: str = ""
+
+
+# ---- L4 bulk ------------------------------------------------------------------------------------------------
+
+
+def l4_bulk(port: int, hello: bytes, conns: int, duration: float) -> Sample:
+    """``conns`` clients send a ClientHello, then read as fast as they can for ``duration`` seconds. GB/s."""
+    got = [0] * conns
+    errors = [0] * conns
+    start_gate = threading.Barrier(conns + 1)
+    stop_at = [0.0]
+
+    def one(i: int) -> None:
+        buf = bytearray(1 << 20)
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        except OSError:
+            errors[i] += 1
+            start_gate.wait()
+            return
+        with s:
+            start_gate.wait()
+            try:
+                s.sendall(hello)
+                while time.perf_counter() < stop_at[0]:
+                    n = s.recv_into(buf)
+                    if not n:
+                        errors[i] += 1  # the stream must not end before we stop reading
+                        return
+                    got[i] += n
+            except OSError:
+                errors[i] += 1
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(conns)]
+    for t in threads:
+        t.start()
+    stop_at[0] = time.perf_counter() + duration + 60  # provisional: set for real once all are connected
+    start_gate.wait()
+    t0 = time.perf_counter()
+    stop_at[0] = t0 + duration
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    total = sum(got)
+    if total == 0:
+        return Sample(None, 0, sum(errors), error="no bytes received")
+    return Sample(total / elapsed / 1e9, total, sum(errors), {"seconds": elapsed})
+
+
+# ---- L4 new connections -------------------------------------------------------------------------------------
+
+
+def _connrate_proc(port: int, hello: bytes, concurrency: int, t_start: float, t_stop: float, out) -> None:
+    import uvloop
+
+    ok = err = 0
+
+    async def loop_one() -> None:
+        nonlocal ok, err
+        loop = asyncio.get_running_loop()
+        while time.time() < t_stop:
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                await loop.sock_connect(s, ("127.0.0.1", port))
+                await loop.sock_sendall(s, hello)
+                first = await asyncio.wait_for(loop.sock_recv(s, 1), 5)
+                if first:
+                    ok += 1
+                else:
+                    err += 1
+            except (OSError, TimeoutError):
+                err += 1
+                await asyncio.sleep(0.001)  # a refusing peer must not turn this into a busy loop
+            finally:
+                s.close()
+
+    async def main() -> None:
+        await asyncio.sleep(max(0.0, t_start - time.time()))
+        await asyncio.gather(*(loop_one() for _ in range(concurrency)))
+
+    uvloop.run(main())
+    out.send((ok, err))
+
+
+def l4_connrate(port: int, hello: bytes, duration: float, procs: int = 2, concurrency: int = 32) -> Sample:
+    """New connections per second: connect, send a ClientHello, read the backend's first byte, close."""
+    ctx = mp.get_context("fork")
+    t_start = time.time() + 0.3  # let every process get going before the clock starts
+    t_stop = t_start + duration
+    pipes, workers = [], []
+    for _ in range(procs):
+        rx, tx = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_connrate_proc, args=(port, hello, concurrency, t_start, t_stop, tx), daemon=True)
+        p.start()
+        pipes.append(rx)
+        workers.append(p)
+    ok = err = 0
+    for rx, p in zip(pipes, workers, strict=True):
+        if rx.poll(duration + 30):
+            a, b = rx.recv()
+            ok, err = ok + a, err + b
+        else:
+            err += 1
+        p.join(5)
+    if ok == 0:
+        return Sample(None, 0, err, error=f"no connection got its first byte ({err} errors)")
+    return Sample(ok / duration, ok, err)
+
+
+# ---- WebSocket ---------------------------------------------------------------------------------------------
+
+
+def ws_echo(port: int, sni: str, tls: bool, duration: float, warmup: int = 500, size: int = 32) -> Sample:
+    """Closed loop over one connection: send a ``size``-byte message, wait for its echo, repeat.
+
+    Value: median round trip in microseconds; p99 in the detail."""
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        stream: ws.Stream = pqtls.client(sock, sni) if tls else sock
+        reader = ws.Reader(stream)
+        ws.client_handshake(stream, reader, sni)
+        payload = b"x" * size
+        for _ in range(warmup):  # warm both ends (and the proxy's buffers) before the clock
+            stream.sendall(ws.frame(ws.OP_BINARY, payload, masked=True))
+            ws.read_frame(reader)
+        rtts: list[float] = []
+        end = time.perf_counter() + duration
+        while (t0 := time.perf_counter()) < end:
+            stream.sendall(ws.frame(ws.OP_BINARY, payload, masked=True))
+            _op, echo = ws.read_frame(reader)
+            rtts.append(time.perf_counter() - t0)
+            if echo != payload:
+                raise ConnectionError("echo differs")
+        with contextlib.suppress(Exception):
+            stream.sendall(ws.frame(ws.OP_CLOSE, b"\x03\xe8", masked=True))
+        sock.close()
+    except Exception as exc:
+        return Sample(None, 0, 1, error=f"{type(exc).__name__}: {exc}"[:120])
+    rtts.sort()
+    q = statistics.quantiles(rtts, n=1000)
+    return Sample(
+        statistics.median(rtts) * 1e6,
+        len(rtts) + warmup,  # the CPU window covers the warm-up round trips too
+        0,
+        {"p99_us": q[989] * 1e6, "p999_us": q[998] * 1e6, "per_s": len(rtts) / duration},
+    )
+
+
+# ---- idle connections (memory) -----------------------------------------------------------------------------
+
+
+def hold_l4(port: int, hello: bytes, n: int) -> tuple[list[socket.socket], int]:
+    """``n`` connections that each sent a ClientHello and then stay silent. Returns (sockets, errors)."""
+    socks, errors = [], 0
+    for _ in range(n):
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(hello)
+            socks.append(s)
+        except OSError:
+            errors += 1
+    return socks, errors
+
+
+def hold_l7(port: int, sni: str, n: int, window: int = 128, timeout: float = 120.0) -> tuple[list, int]:
+    """``n`` PQ TLS connections that each made one keep-alive GET and then stay idle.
+
+    Non-blocking and multiplexed (``window`` handshakes in flight): 10,000 sequential handshakes would take
+    the client longer than the server. Every one is a full handshake: resumed connections hold different
+    state in some peers, and how many a peer resumes varies. Returns (connections, errors)."""
+    from OpenSSL import SSL
+
+    ctx = pqtls.client_context([b"http/1.1"])
+    request = f"GET / HTTP/1.1\r\nHost: {sni}\r\n\r\n".encode()
+    sel = selectors.DefaultSelector()
+    held: list = []
+    errors = 0
+    started = 0
+    state: dict = {}  # fd -> [sock, conn, phase, buffer]
+
+    def start_one() -> None:
+        nonlocal started, errors
+        started += 1
+        s = socket.socket()
+        s.setblocking(False)
+        rc = s.connect_ex(("127.0.0.1", port))
+        if rc not in (0, errno.EINPROGRESS):
+            errors += 1
+            s.close()
+            return
+        c = SSL.Connection(ctx, s)
+        c.set_tlsext_host_name(sni.encode())
+        c.set_connect_state()
+        state[s.fileno()] = [s, c, "connect", bytearray()]
+        sel.register(s, selectors.EVENT_WRITE)
+
+    def step(fd: int) -> None:
+        nonlocal errors
+        s, c, phase, buf = st = state[fd]
+        try:
+            if phase == "connect":
+                if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                    raise ConnectionError("connect failed")
+                st[2] = phase = "handshake"
+            if phase == "handshake":
+                c.do_handshake()
+                c.sendall(request)
+                st[2] = phase = "response"
+            if phase == "response":
+                buf += c.recv(65536)
+                head, sep, body = bytes(buf).partition(b"\r\n\r\n")
+                if sep:
+                    if not head.startswith(b"HTTP/1.1 200"):
+                        raise ConnectionError(head.split(b"\r\n", 1)[0].decode(errors="replace"))
+                    length = 0
+                    for line in head.split(b"\r\n")[1:]:
+                        k, _, v = line.partition(b":")
+                        if k.strip().lower() == b"content-length":
+                            length = int(v)
+                    if len(body) >= length:
+                        sel.unregister(s)
+                        del state[fd]
+                        held.append((s, c))
+                        return
+            sel.modify(s, selectors.EVENT_READ)
+        except SSL.WantReadError:
+            sel.modify(s, selectors.EVENT_READ)
+        except SSL.WantWriteError:
+            sel.modify(s, selectors.EVENT_WRITE)
+        except Exception:
+            errors += 1
+            with contextlib.suppress(KeyError, ValueError):
+                sel.unregister(s)
+            state.pop(fd, None)
+            s.close()
+
+    deadline = time.monotonic() + timeout
+    while (started < n or state) and time.monotonic() < deadline:
+        while started < n and len(state) < window:
+            start_one()
+        for key, _ in sel.select(1.0):
+            step(key.fd)
+    for s, _c, _p, _b in state.values():  # stragglers past the deadline
+        errors += 1
+        s.close()
+    sel.close()
+    return held, errors
+
+
+def close_all(held: list) -> None:
+    for item in held:
+        s = item[0] if isinstance(item, tuple) else item
+        with contextlib.suppress(OSError):
+            s.close()
