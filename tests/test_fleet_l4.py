@@ -328,3 +328,21 @@ def test_rolling_reloads_under_load_drop_no_connection(backend_factory, fleet_fa
             t.join(10)
     assert results["ok"] > 90
     assert results["errors"] == []
+
+
+def test_idle_pipes_hold_two_descriptors_each_not_six(backend_factory, fleet_factory):
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b), workers=1)
+    (pid,) = fleet.workers()
+    assert roundtrip(fleet.port, "alpha.test") == b"a:ping"  # warm: the pipe pool exists
+    base = len(os.listdir(f"/proc/{pid}/fd"))
+    clients = []
+    for i in range(50):
+        s = tls_client(fleet.port, "alpha.test")
+        s.sendall(b"%d" % i)
+        assert s.recv(100) == b"a:%d" % i  # bytes moved through the splice pipes, then the pipe idles
+        clients.append(s)
+    held = len(os.listdir(f"/proc/{pid}/fd")) - base
+    for s in clients:
+        s.close()
+    assert held <= 2 * 50 + 8, f"{held} descriptors for 50 idle pipes"

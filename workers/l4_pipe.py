@@ -5,6 +5,11 @@ polling: a pipe may stay idle for days — SSE, WebSocket). When the destination
 direction stops reading its source until the destination is writable again: that is the backpressure.
 Half-close: an EOF in one direction becomes shutdown(SHUT_WR) on the other side; the pipe closes both
 sockets once both directions have ended, or at once on an error.
+
+A direction holds a kernel pipe only while bytes are in flight: it takes one from the worker's pool when its
+source is readable and gives it back as soon as the pipe is empty again. An idle connection (the common case
+for long-lived SSE/WebSocket pipes) costs its two sockets and nothing else, so file descriptors scale with
+the connections that are moving data, not with the connections that exist.
 """
 
 from __future__ import annotations
@@ -55,14 +60,28 @@ class PipePool:
 
 
 class _Direction:
-    __slots__ = ("bytes", "dst", "dst_fd", "ended", "loop", "owner", "pending", "pipe", "reading", "src", "src_fd")
+    __slots__ = (
+        "bytes",
+        "dst",
+        "dst_fd",
+        "ended",
+        "loop",
+        "owner",
+        "pending",
+        "pipe",
+        "pool",
+        "reading",
+        "src",
+        "src_fd",
+    )
 
-    def __init__(self, owner: SplicePipe, src: socket.socket, dst: socket.socket, pipe: tuple[int, int]) -> None:
+    def __init__(self, owner: SplicePipe, src: socket.socket, dst: socket.socket, pool: PipePool) -> None:
         self.owner = owner
         self.loop = owner.loop
         self.src, self.dst = src, dst
         self.src_fd, self.dst_fd = src.fileno(), dst.fileno()
-        self.pipe = pipe
+        self.pool = pool
+        self.pipe: tuple[int, int] | None = None  # held only while bytes are in flight
         self.pending = 0  # bytes sitting in the kernel pipe
         self.ended = False
         self.reading = False
@@ -78,14 +97,19 @@ class _Direction:
             self.loop.remove_reader(self.src_fd)
 
     def on_readable(self) -> None:
+        pipe = self.pipe
+        if pipe is None:
+            pipe = self.pipe = self.pool.get()
         try:
-            n = os.splice(self.src_fd, self.pipe[1], CHUNK, flags=SPLICE_FLAGS)
+            n = os.splice(self.src_fd, pipe[1], CHUNK, flags=SPLICE_FLAGS)
         except OSError as exc:
             if exc.errno in _RETRY:
+                self._release_if_empty()
                 return
             self.owner.abort()
             return
         if n == 0:
+            self._release_if_empty()
             self.stop_reading()
             self.ended = True
             if self.pending == 0:
@@ -98,7 +122,7 @@ class _Direction:
     def flush(self) -> None:
         while self.pending:
             try:
-                m = os.splice(self.pipe[0], self.dst_fd, self.pending, flags=SPLICE_FLAGS)
+                m = os.splice(self.pipe[0], self.dst_fd, self.pending, flags=SPLICE_FLAGS)  # type: ignore[index]
             except OSError as exc:
                 if exc.errno in _RETRY:
                     # destination full: stop reading the source until it drains
@@ -108,6 +132,18 @@ class _Direction:
                 self.owner.abort()
                 return
             self.pending -= m
+        self._release_if_empty()
+
+    def _release_if_empty(self) -> None:
+        if self.pipe is not None and self.pending == 0:
+            self.pool.put(self.pipe, empty=True)
+            self.pipe = None
+
+    def release(self) -> None:
+        """At close: an empty pipe goes back to the pool, one still holding bytes is closed."""
+        if self.pipe is not None:
+            self.pool.put(self.pipe, empty=self.pending == 0)
+            self.pipe = None
 
     def on_writable(self) -> None:
         self.loop.remove_writer(self.dst_fd)
@@ -138,8 +174,8 @@ class SplicePipe:
         self.pipes = pipes
         self.on_close = on_close
         self.closed = False
-        self.upstream = _Direction(self, client, backend, pipes.get())
-        self.downstream = _Direction(self, backend, client, pipes.get())
+        self.upstream = _Direction(self, client, backend, pipes)
+        self.downstream = _Direction(self, backend, client, pipes)
 
     def start(self) -> None:
         self.upstream.start()
@@ -169,7 +205,7 @@ class SplicePipe:
         for d in (self.upstream, self.downstream):
             d.detach()
         for d in (self.upstream, self.downstream):
-            self.pipes.put(d.pipe, empty=d.pending == 0)
+            d.release()
         self.client.close()
         self.backend.close()
         self.on_close(self)
