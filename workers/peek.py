@@ -70,6 +70,12 @@ async def peek_client_hello(
         if not fut.done():
             fut.set_result(result)
 
+    # With TCP_DEFER_ACCEPT the hello is usually there at accept: try once before involving the loop.
+    on_readable()
+    if fut.done():
+        if state["lowat"] != 1:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+        return fut.result()
     loop.add_reader(fd, on_readable)
     timer = loop.call_later(timeout, fail, "peek_timeout")
     try:

@@ -6,7 +6,9 @@ Thin I/O around sentin8's sans-IO logic. One uvloop loop per process, pinned to 
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
+import os
 import signal
 import socket
 import sys
@@ -76,7 +78,9 @@ class Worker:
         self.stopped = self.loop.create_future()
         self.l7 = WorkerL7Context(self, self.loop, self.policy)
         self.certs.bootstrap()  # first boot generates it (once, under a file lock), not the first handshake
-        https = bind_reuseport(self.cfg.listen.https, "listen.https")
+        https = bind_reuseport(
+            self.cfg.listen.https, "listen.https", defer_accept_s=max(1, int(self.cfg.limits.peek_timeout_s))
+        )
         self.listeners.append(https)
         self.loop.add_reader(https.fileno(), self._on_accept, https)
         if self.cfg.listen.http:
@@ -255,7 +259,7 @@ class Worker:
             sock = socket.socket(socket.AF_INET6 if ":" in inst.host else socket.AF_INET, socket.SOCK_STREAM)
             sock.setblocking(False)
             try:
-                await asyncio.wait_for(self.loop.sock_connect(sock, (inst.host, inst.port)), timeout)
+                await self._connect(sock, inst.host, inst.port, timeout)
             except (OSError, TimeoutError):
                 sock.close()
                 self.counters.inc("backend_connect_errors")
@@ -267,6 +271,36 @@ class Worker:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return sock
         return None
+
+
+    async def _connect(self, sock: socket.socket, host: str, port: int, timeout: float) -> None:
+        """A non-blocking connect with a deadline timer (no extra Task, unlike asyncio.wait_for)."""
+        err = sock.connect_ex((host, port))
+        if err == 0:
+            return
+        if err not in (errno.EINPROGRESS, errno.EAGAIN):
+            raise OSError(err, os.strerror(err))
+        fd = sock.fileno()
+        done: asyncio.Future[None] = self.loop.create_future()
+
+        def writable() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def expired() -> None:
+            if not done.done():
+                done.set_exception(TimeoutError())
+
+        self.loop.add_writer(fd, writable)
+        timer = self.loop.call_later(timeout, expired)
+        try:
+            await done
+        finally:
+            timer.cancel()
+            self.loop.remove_writer(fd)
+        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise OSError(err, os.strerror(err))
 
 
 class _TrackedTLS(TLSServerProtocol):
