@@ -78,3 +78,11 @@ def test_cli_run_with_bad_config_exits_2_before_binding(tmp_path):
 
     with socket.socket() as s:  # nothing bound the port
         s.bind(("127.0.0.1", port))
+
+
+def test_the_readme_config_reference_is_a_valid_config():
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Configuration") :]
+    block = section[section.index("```toml") + len("```toml") : section.index("```", section.index("```toml") + 7)]
+    cfg = load_bytes(block.encode())
+    assert cfg.instances[0].id == "web-1" and cfg.domains[0].hostname == "shop.apps.example.com"
