@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 import time
+from typing import TypeVar
 
 import uvloop
 
@@ -35,6 +36,7 @@ from .peek import PeekFailed, peek_client_hello
 from .tls_layer import TLSServerProtocol
 
 ACCEPT_BATCH = 64
+_B = TypeVar("_B", bound=L7Bridge)
 
 
 def _decode_paused_gc(data: bytes) -> RoutingTable:
@@ -196,14 +198,17 @@ class Worker:
         """:80 — ACME HTTP-01 only, for every source; everything else is 404."""
         self.counters.inc("connections_http")
         try:
-            await self.loop.connect_accepted_socket(
-                lambda: _Released(self, self._new_bridge(PlainHTTPListener, addr, "http")), sock=conn
-            )
+            await self.loop.connect_accepted_socket(lambda: self._new_http_bridge(addr), sock=conn)
         except Exception:
             conn.close()
             self._hold(-1)
 
-    def _new_bridge(self, kind: type[L7Bridge], addr: tuple, scheme: str) -> L7Bridge:
+    def _new_http_bridge(self, addr: tuple) -> _TrackedHTTP:
+        bridge = self._new_bridge(_TrackedHTTP, addr, "http")
+        bridge.worker = self
+        return bridge
+
+    def _new_bridge(self, kind: type[_B], addr: tuple, scheme: str) -> _B:
         bridge = kind(self.l7, self.loop, addr, scheme)
         self.bridges.add(bridge)
         if self.draining:
@@ -272,7 +277,6 @@ class Worker:
             return sock
         return None
 
-
     async def _connect(self, sock: socket.socket, host: str, port: int, timeout: float) -> None:
         """A non-blocking connect with a deadline timer (no extra Task, unlike asyncio.wait_for)."""
         err = sock.connect_ex((host, port))
@@ -320,34 +324,14 @@ class _TrackedTLS(TLSServerProtocol):
             self._worker._hold(-1)
 
 
-class _Released(asyncio.Protocol):
-    """Wraps a plain-HTTP bridge so the worker's hold is released with the connection."""
+class _TrackedHTTP(PlainHTTPListener):
+    """The :80 bridge, releasing the worker's hold when the connection ends."""
 
-    def __init__(self, worker: Worker, bridge: L7Bridge) -> None:
-        self._worker = worker
-        self._bridge = bridge
-
-    def __getattr__(self, name: str):
-        return getattr(self._bridge, name)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._bridge.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        self._bridge.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self._bridge.eof_received()
-
-    def pause_writing(self) -> None:
-        self._bridge.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._bridge.resume_writing()
+    worker: Worker
 
     def connection_lost(self, exc: Exception | None) -> None:
         try:
-            self._bridge.connection_lost(exc)
+            super().connection_lost(exc)
         finally:
-            self._worker.bridges.discard(self._bridge)
-            self._worker._hold(-1)
+            self.worker.bridges.discard(self)
+            self.worker._hold(-1)
