@@ -76,6 +76,7 @@ class Arbiter:
         self.state = "running"  # running | draining | quitting
         self.kill_at: float | None = None
         self.reload_queue: list[int] = []
+        self.reload_pending = False  # a SIGHUP arrived during a rolling reload: run another after it
         self.replacing: dict[int, int] = {}  # new worker pid -> old worker pid
         self.next_rss_check = time.monotonic() + RSS_CHECK_S
         self._status_buf = b""
@@ -144,9 +145,14 @@ class Arbiter:
         pid = self._fork("resolver", 0, "sentin8-proxy: resolver", target)
         self.children[pid] = Child("resolver", 0, pid)
 
-    def _spawn_worker(self, index: int) -> int:
+    def _spawn_worker(self, index: int) -> int | None:
+        """Fork worker ``index``; None when every counter slot is taken (workers still draining): retried later."""
         from workers.worker import Worker
 
+        if not self.free_slots:
+            log(f"worker {index}: no free counter slot while old workers drain; retrying in 1s")
+            self.respawn_at[("worker", index)] = time.monotonic() + 1.0
+            return None
         cpus = sorted(os.sched_getaffinity(0))
         cpu = cpus[index % len(cpus)]
         slot = self.free_slots.pop(0)
@@ -353,6 +359,10 @@ class Arbiter:
     # ---- reload --------------------------------------------------------------------------------------
 
     def _reload(self) -> None:
+        if self.reload_queue or self.replacing:
+            log("reload already in progress; another follows once it is done")
+            self.reload_pending = True
+            return
         if self.config_path is None:
             new_cfg = self.cfg
         else:
@@ -382,10 +392,18 @@ class Arbiter:
     def _continue_reload(self) -> None:
         if self.replacing or self.state != "running":
             return
+        if not self.reload_queue and self.reload_pending:
+            self.reload_pending = False
+            self._reload()
+            return
         while self.reload_queue:
             index = self.reload_queue.pop(0)
             old = [c for c in self._workers() if c.index == index and not c.retiring]
             new_pid = self._spawn_worker(index)
+            if new_pid is None:
+                self.reload_queue.clear()
+                log("reload stopped: no free counter slot (send SIGHUP again once old workers are gone)")
+                return
             if old:
                 self.replacing[new_pid] = old[0].pid
                 return  # the next one starts when this replacement listens
