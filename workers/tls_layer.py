@@ -35,8 +35,6 @@ from sentin8 import tls
 
 log = logging.getLogger(__name__)
 
-_BIO_READ = 65536  # drain the outgoing BIO in pieces this large (no-zero allocation in pyOpenSSL)
-_RECV = 65536  # one SSL_read returns at most one record (16 KiB); ask for more anyway
 _DELIVER_MAX = 262144  # coalesce decrypted records up to this many bytes per data_received
 
 
@@ -139,6 +137,7 @@ class _TLSProtocol(asyncio.Protocol):
         self._on_handshake_done = on_handshake_done
 
         self._conn: SSL.Connection | None = None
+        self._io: tls.RecordIO | None = None  # the per-record calls (reads, writes, BIO) of _conn
         self._raw: asyncio.Transport | None = None
         self._app: asyncio.Protocol | None = None
         self._app_transport: TLSAppTransport | None = None
@@ -195,6 +194,7 @@ class _TLSProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         conn = SSL.Connection(self._context, None)
         self._conn = conn
+        self._io = tls.RecordIO(conn)
         try:
             self._setup(conn)
         except Exception as exc:  # e.g. a bad client-side verify name: nothing was sent yet
@@ -206,11 +206,11 @@ class _TLSProtocol(asyncio.Protocol):
             self._do_handshake()  # emit the ClientHello
 
     def data_received(self, data: bytes) -> None:
-        conn = self._conn
-        if conn is None or self._handshake_failed:
+        io = self._io
+        if self._conn is None or io is None or self._handshake_failed:
             return
         try:
-            conn.bio_write(data)
+            io.feed(data)
         except SSL.Error as exc:
             self._fatal(exc)
             return
@@ -248,6 +248,7 @@ class _TLSProtocol(asyncio.Protocol):
         else:
             self._conn = None
         self._raw = None
+        self._io = None
 
     def pause_writing(self) -> None:
         self._raw_paused_writing = True
@@ -324,35 +325,26 @@ class _TLSProtocol(asyncio.Protocol):
     # -- data path ---------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Move everything OpenSSL produced into the raw transport."""
-        conn = self._conn
-        raw = self._raw
-        if conn is None:
+        """Move everything OpenSSL produced into the raw transport: one write, whatever the records."""
+        io = self._io
+        if io is None:
             return
-        while True:
-            try:
-                chunk = conn.bio_read(_BIO_READ)
-            except SSL.WantReadError:
-                return
-            except SSL.Error:
-                return
-            if raw is not None and not raw.is_closing():
-                raw.write(chunk)
+        out = io.drain()
+        raw = self._raw
+        if out and raw is not None and not raw.is_closing():
+            raw.write(out)
 
     def _deliver(self) -> None:
         """Hand decrypted plaintext to the app until OpenSSL wants more ciphertext or the app pauses."""
-        conn = self._conn
-        while conn is not None and not self._app_paused and not self._closing and self._app is not None:
+        io = self._io
+        while io is not None and not self._app_paused and not self._closing and self._app is not None:
             chunks: list[bytes] = []
             size = 0
             want_more = False
             zero_return = False
             while size < _DELIVER_MAX:
                 try:
-                    data = conn.recv(_RECV)
-                except SSL.WantReadError:
-                    want_more = True
-                    break
+                    data = io.read()
                 except SSL.ZeroReturnError:
                     zero_return = True
                     break
@@ -362,6 +354,9 @@ class _TLSProtocol(asyncio.Protocol):
                     self._flush()
                     self._fatal(exc)
                     return
+                if data is None:  # OpenSSL needs more ciphertext
+                    want_more = True
+                    break
                 chunks.append(data)
                 size += len(data)
             if chunks:
@@ -373,7 +368,7 @@ class _TLSProtocol(asyncio.Protocol):
                 if self._raw_eof:
                     self._deliver_eof()
                 break
-            conn = self._conn
+            io = self._io
         self._flush()  # reads can produce output (key update replies)
 
     def _deliver_eof(self) -> None:
@@ -418,26 +413,30 @@ class _TLSProtocol(asyncio.Protocol):
         if self._pending:
             self._pending.append(bytes(data))
             return
-        self._encrypt(memoryview(data))
+        self._encrypt(data)
         self._flush()
 
-    def _encrypt(self, view: memoryview) -> None:
-        conn = self._conn
-        assert conn is not None
+    def _encrypt(self, data: bytes | bytearray | memoryview) -> None:
+        io = self._io
+        assert io is not None
+        view: memoryview | None = None
         try:
-            while view:
-                n = conn.send(view)
-                view = view[n:]
+            n = io.write(data)
+            if n < len(data):  # partial writes are on in pyOpenSSL contexts; a memory BIO rarely needs one
+                view = memoryview(data)[n:]
+                while view:
+                    n = io.write(view)
+                    view = view[n:]
         except SSL.WantReadError:
             # Mid post-handshake message (key update): keep the rest until the peer's bytes arrive.
-            self._pending.append(bytes(view))
+            self._pending.append(bytes(data if view is None else view))
         except SSL.Error as exc:
             self._fatal(exc)
 
     def _retry_pending(self) -> None:
         pending, self._pending = self._pending, []
         for i, data in enumerate(pending):
-            self._encrypt(memoryview(data))
+            self._encrypt(data)
             if self._pending:
                 self._pending.extend(pending[i + 1 :])
                 break

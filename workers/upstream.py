@@ -207,7 +207,9 @@ class UpstreamPool:
                 transport.abort()
                 raise
 
-        await asyncio.wait_for(open_(), self.connect_timeout_s)
+        # asyncio.timeout, not wait_for: wait_for runs open_() as a task of its own (one more task per connect)
+        async with asyncio.timeout(self.connect_timeout_s):
+            await open_()
         return conn
 
     def close_idle(self) -> None:

@@ -104,8 +104,25 @@ _ABSOLUTE = re.compile(rb"(?i:https?)://([^/?#]*)(.*)", re.S)
 _DIGITS = re.compile(rb"[0-9]{1,18}")
 
 
+_host_cache: dict[bytes, str | None] = {}
+_HOST_CACHE_MAX = 4096  # a client sending random Host values only churns this bounded dict
+
+
 def split_host(value: bytes) -> str | None:
     """``Example.COM.:8443`` -> ``example.com``; ``[::1]:443`` -> ``::1``; None when it is not a valid Host."""
+    # Pure function of the value, and keep-alive clients repeat the same Host: cache the answers.
+    try:
+        return _host_cache[value]
+    except KeyError:
+        pass
+    host = _split_host(value)
+    if len(_host_cache) >= _HOST_CACHE_MAX:
+        _host_cache.clear()
+    _host_cache[bytes(value)] = host
+    return host
+
+
+def _split_host(value: bytes) -> str | None:
     m = _HOST.fullmatch(value)
     if m is None:
         return None
