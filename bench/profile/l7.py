@@ -1,0 +1,99 @@
+"""Quick L7 loop for profiling sentin8 alone: backend nginx + WebSocket echo + the sentin8 L7 fleet.
+
+    .venv/bin/python -m bench.profile.l7 --runs 3 --duration 3 [--pyspy out-prefix] [--what wrk,hs,ws]
+
+Prints, per run, wrk req/s and sentin8 CPU-µs per request, h2load full handshakes/s and CPU-ms per handshake,
+and the WebSocket echo median RTT. Needs root (the PQ toolchain chroot), like ``python -m bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import backends, certs, clients, loadtools, procs, stack, toolchain
+
+
+def _spy(out: str, pid: int) -> subprocess.Popen:
+    """py-spy on one worker until _stop; text output (``--format raw``), native frames when ``out`` says so."""
+    native = ["--native"] if "native" in out else ["--nonblocking"]
+    argv = [str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw", "-r", "200", *native]
+    proc = subprocess.Popen([*argv, "-o", f"{out}.txt", "-p", str(pid)], stdout=subprocess.DEVNULL)
+    time.sleep(0.5)  # attached before the load starts
+    return proc
+
+
+def _stop(spy: subprocess.Popen | None) -> None:
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--what", default="wrk,hs,ws")
+    ap.add_argument("--handshakes", type=int, default=2000)
+    ap.add_argument("--pyspy", default="", help="record one worker with py-spy during the first wrk run")
+    a = ap.parse_args()
+    what = set(a.what.split(","))
+    work = Path(tempfile.mkdtemp(prefix="sentin8-prof-"))
+    stack.rlimit_nofile()
+    tc = toolchain.ensure(work, log=sys.stderr)
+    cert = certs.write_mldsa65(work / "cert", ["bench.test", "*.bench.test"])
+    ws_b = backends.start("ws_plain", stack.BACKEND_CPU)
+    bn = stack.start_backend_nginx(tc, work, cert, stack.rlimit_nofile())
+    routes = stack.Routes(
+        l4={}, backend_http=bn.extra["http"], backend_tls=bn.extra["tls"], ws_plain=ws_b.port, ws_tls=ws_b.port
+    )
+    peer = stack.start_sentin8(work, cert, routes)
+    l7 = peer.extra["l7"]
+    peer.stop()  # the L4 fleet is not needed here
+    try:
+        time.sleep(1.0)
+        pids = l7.pids()
+        url = f"https://bench.test:{l7.l7_port}/"
+        loadtools.wrk(tc, url, 64, 1.0)  # warm-up
+        print("workers", *l7.worker_pids(), flush=True)
+        for run in range(a.runs):
+            line = [f"run {run}"]
+            first = run == 0 and a.pyspy
+            if "wrk" in what:
+                spy = _spy(a.pyspy, l7.worker_pids()[0]) if first else None
+                c0 = procs.cpu_seconds(pids)
+                s = loadtools.wrk(tc, url, 64, a.duration)
+                cpu = procs.cpu_seconds(pids) - c0
+                _stop(spy)
+                first = ""
+                per = cpu / max(1, s.count) * 1e6
+                line.append(f"wrk {s.value or 0:8.0f} req/s {per:6.1f} CPU-us/req err={s.errors}")
+            if "hs" in what:
+                spy = _spy(a.pyspy, l7.worker_pids()[0]) if first else None
+                c0 = procs.cpu_seconds(pids)
+                s = loadtools.h2load_handshakes(tc, url, a.handshakes)
+                cpu = procs.cpu_seconds(pids) - c0
+                _stop(spy)
+                line.append(f"hs {s.value or 0:6.0f}/s {cpu / max(1, s.count) * 1e3:5.2f} CPU-ms err={s.errors}")
+            if "ws" in what:
+                s = clients.ws_echo(l7.l7_port, "ws.bench.test", True, a.duration)
+                line.append(f"ws {s.value or 0:6.1f} us")
+            print(" | ".join(line), flush=True)
+        st = l7.fleet.stats()
+        print("counters", {k: v for k, v in st.items() if k.startswith(("upstream", "handshake", "requests", "conn"))})
+    finally:
+        l7.stop()
+        bn.stop()
+        ws_b.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
