@@ -89,7 +89,7 @@ class Upstream(_Section):
     client_cert: str = ""
     client_key: str = ""
     ca_file: str = ""
-    pool_max_idle_per_instance: int = 32
+    pool_max_idle_per_instance: int = 128  # per worker; like nginx's upstream keepalive 128 in bench/
 
 
 class Policy(_Section):
