@@ -42,7 +42,6 @@ class Limits(_Section):
     handshake_timeout_s: float = 10
     header_timeout_s: float = 15
     idle_timeout_s: float = 60
-    max_connections_per_ip: int = 0  # 0 = off
 
 
 class Acme(_Section):

@@ -25,8 +25,6 @@ NAMES: tuple[str, ...] = (
     "all_suspect_fallback",
     "l4_bytes_in",
     "l4_bytes_out",
-    "per_ip_limit",
-    "external_refused",
     # TLS
     "handshake_ok",
     "handshake_errors",
