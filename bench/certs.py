@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import mldsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from sentin8.certstore import self_signed_mldsa65
 
 
 @dataclass(frozen=True)
@@ -20,23 +19,10 @@ class CertFiles:
 
 
 def write_mldsa65(directory: Path, names: list[str]) -> CertFiles:
-    """A self-signed ML-DSA-65 leaf for ``names`` (valid a day: a bench run is minutes)."""
-    key = mldsa.MLDSA65PrivateKey.generate()
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(key, None)  # ML-DSA signs the message itself: no separate hash
-    )
+    """A self-signed ML-DSA-65 leaf for ``names`` (valid a day: a bench run is minutes), built by the same
+    code that makes the proxy's bootstrap certificate."""
+    now = time.time()
+    cert, key = self_signed_mldsa65(names, now - 300, now + 86400)
     cert_pem = cert.public_bytes(serialization.Encoding.PEM)
     key_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
