@@ -7,6 +7,7 @@ lower bound of the bytes still missing (used for SO_RCVLOWAT) until the whole ha
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 RECORD_HEADER = 5
@@ -85,88 +86,75 @@ def parse(buf: bytes) -> ClientHello | Incomplete:
         # the rest of this record, and at least one more record header if the message goes past it
         more = missing_in_record if missing_in_record else RECORD_HEADER + 1
         return Incomplete(max(1, more))
-    return _parse_body(memoryview(payload)[4 : 4 + hs_len], consumed)
+    return _parse_body(payload[4 : 4 + hs_len], consumed)
 
 
-class _Reader:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: memoryview) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int) -> memoryview:
-        end = self.pos + n
-        if end > len(self.data):
-            raise ClientHelloError("field runs past the end of the ClientHello")
-        out = self.data[self.pos : end]
-        self.pos = end
-        return out
-
-    def u8(self) -> int:
-        return self.take(1)[0]
-
-    def u16(self) -> int:
-        return int.from_bytes(self.take(2), "big")
-
-    def vec8(self) -> memoryview:
-        return self.take(self.u8())
-
-    def vec16(self) -> memoryview:
-        return self.take(self.u16())
-
-    def done(self) -> bool:
-        return self.pos == len(self.data)
+def _vec(buf: bytes, pos: int, width: int, limit: int) -> tuple[int, int]:
+    """(start, end) of the ``width``-byte length-prefixed vector at ``pos``, within ``buf[:limit]``."""
+    start = pos + width
+    if start > limit:
+        raise ClientHelloError("field runs past the end of the ClientHello")
+    end = start + (buf[pos] if width == 1 else (buf[pos] << 8) | buf[pos + 1])
+    if end > limit:
+        raise ClientHelloError("field runs past the end of the ClientHello")
+    return start, end
 
 
-def _parse_body(body: memoryview, size: int) -> ClientHello:
-    r = _Reader(body)
-    if r.take(1)[0] != 3:
+def _parse_body(body: bytes, size: int) -> ClientHello:
+    # Plain index arithmetic over bytes: this runs for every connection, and a reader object with a method
+    # call per field cost more than the rest of the routing decision.
+    n = len(body)
+    if n < 35 or body[0] != 3:
         raise ClientHelloError("bad legacy_version")
-    r.take(1 + 32)  # minor version, random
-    if len(r.vec8()) > 32:
+    start, end = _vec(body, 34, 1, n)  # after version (2) and random (32): the session id
+    if end - start > 32:
         raise ClientHelloError("session id longer than 32 bytes")
-    suites = r.vec16()
-    if len(suites) < 2 or len(suites) % 2:
+    start, end = _vec(body, end, 2, n)  # cipher suites
+    if end - start < 2 or (end - start) % 2:
         raise ClientHelloError("bad cipher_suites length")
-    if len(r.vec8()) < 1:
+    start, end = _vec(body, end, 1, n)  # compression methods
+    if end == start:
         raise ClientHelloError("no compression methods")
+    if end == n:
+        return ClientHello(None, (), size)  # no extensions at all (pre-TLS 1.2 style)
+    pos, ext_end = _vec(body, end, 2, n)
+    if ext_end != n:
+        raise ClientHelloError("trailing bytes after extensions")
     sni: str | None = None
     alpn: tuple[str, ...] = ()
-    if r.done():
-        return ClientHello(None, (), size)  # no extensions at all (pre-TLS 1.2 style)
-    ext = _Reader(r.vec16())
-    if not r.done():
-        raise ClientHelloError("trailing bytes after extensions")
     seen: set[int] = set()
-    while not ext.done():
-        etype = ext.u16()
-        data = ext.vec16()
+    while pos < ext_end:
+        if pos + 2 > ext_end:
+            raise ClientHelloError("field runs past the end of the ClientHello")
+        etype = (body[pos] << 8) | body[pos + 1]
+        start, pos = _vec(body, pos + 2, 2, ext_end)
         if etype in seen:
             raise ClientHelloError(f"duplicate extension {etype:#x}")
         seen.add(etype)
         if etype == EXT_SERVER_NAME:
-            sni = _server_name(data)
+            sni = _server_name(body[start:pos])
         elif etype == EXT_ALPN:
-            alpn = _alpn(data)
+            alpn = _alpn(body[start:pos])
     return ClientHello(sni, alpn, size)
 
 
-def _server_name(data: memoryview) -> str | None:
-    r = _Reader(data)
-    names = _Reader(r.vec16())
-    if not r.done():
+def _server_name(data: bytes) -> str | None:
+    pos, end = _vec(data, 0, 2, len(data))
+    if end != len(data):
         raise ClientHelloError("trailing bytes in server_name")
     host: str | None = None
-    while not names.done():
-        kind = names.u8()
-        name = bytes(names.vec16())
+    while pos < end:
+        kind = data[pos]
+        start, pos = _vec(data, pos + 1, 2, end)
         if kind != 0:
             continue  # unknown name types are skipped (RFC 6066 §3)
         if host is not None:
             raise ClientHelloError("more than one host_name")
-        host = _hostname(name)
+        host = _hostname(data[start:pos])
     return host
+
+
+_LABELS = re.compile(r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*")
 
 
 def _hostname(raw: bytes) -> str:
@@ -179,19 +167,17 @@ def _hostname(raw: bytes) -> str:
     name = name.lower().removesuffix(".")
     if not name or len(name) > 253:
         raise ClientHelloError("bad server name length")
-    for label in name.split("."):
-        if not label or len(label) > 63 or not all(c.isalnum() or c in "-_" for c in label):
-            raise ClientHelloError("server name is not a DNS hostname")
+    if not _LABELS.fullmatch(name):
+        raise ClientHelloError("server name is not a DNS hostname")
     return name
 
 
-def _alpn(data: memoryview) -> tuple[str, ...]:
-    r = _Reader(data)
-    protos = _Reader(r.vec16())
+def _alpn(data: bytes) -> tuple[str, ...]:
+    pos, end = _vec(data, 0, 2, len(data))
     out = []
-    while not protos.done():
-        p = protos.vec8()
-        if not p:
+    while pos < end:
+        start, pos = _vec(data, pos, 1, end)
+        if start == pos:
             raise ClientHelloError("empty ALPN protocol")
-        out.append(bytes(p).decode("latin-1"))
+        out.append(data[start:pos].decode("latin-1"))
     return tuple(out)

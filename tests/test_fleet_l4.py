@@ -346,3 +346,48 @@ def test_idle_pipes_hold_two_descriptors_each_not_six(backend_factory, fleet_fac
     for s in clients:
         s.close()
     assert held <= 2 * 50 + 8, f"{held} descriptors for 50 idle pipes"
+
+
+def test_half_close_is_forwarded_and_the_other_direction_keeps_flowing(fleet_factory):
+    import threading
+
+    from tests.hellos import pq_hello
+
+    hello = pq_hello("raw.test")
+    backend = socket.socket()
+    backend.bind(("127.0.0.1", 0))
+    backend.listen(1)
+
+    def serve() -> None:
+        conn, _ = backend.accept()
+        got = b""
+        while chunk := conn.recv(65536):  # until the client's EOF, passed on by the proxy
+            got += chunk
+        conn.sendall(b"read %d bytes after your EOF" % len(got))
+        conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    fleet = fleet_factory(
+        f"""
+[[instances]]
+service = "raw"
+id = "raw-1"
+host = "127.0.0.1"
+port = {backend.getsockname()[1]}
+[[domains]]
+hostname = "raw.test"
+service = "raw"
+""",
+        workers=1,
+    )
+    client = socket.create_connection(("127.0.0.1", fleet.port), timeout=10)
+    client.sendall(hello + b"x" * 100_000)
+    client.shutdown(socket.SHUT_WR)
+    answer = b""
+    while chunk := client.recv(65536):
+        answer += chunk
+    assert answer == b"read %d bytes after your EOF" % (len(hello) + 100_000)
+    client.close()
+    backend.close()
+    t.join(5)

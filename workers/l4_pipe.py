@@ -184,12 +184,13 @@ class SplicePipe:
     def direction_done(self, d: _Direction) -> None:
         if self.closed:
             return
+        if self.upstream.ended and self.downstream.ended and not self.upstream.pending and not self.downstream.pending:
+            self._close()  # both sides said EOF: close() sends our FIN, a separate shutdown would be wasted
+            return
         try:
-            d.dst.shutdown(socket.SHUT_WR)
+            d.dst.shutdown(socket.SHUT_WR)  # half-close: pass the EOF on, keep the other direction flowing
         except OSError:
             pass
-        if self.upstream.ended and self.downstream.ended and not self.upstream.pending and not self.downstream.pending:
-            self._close()
 
     def abort(self) -> None:
         if not self.closed:
