@@ -422,3 +422,40 @@ def test_a_backend_that_never_answers_gets_504_at_the_response_timeout(external_
     web.release_slow.set()
     status, _, _ = request(external_host, fleet, "shop.apps.test", b"GET / HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n")
     assert status == 200  # the timed-out connection was not pooled: no late answer leaks into this one
+
+
+def test_garbage_and_abrupt_peers_never_crash_a_worker_or_leak_a_connection(external_host, fleet_factory, web):  # noqa: F811
+    import random
+    import socket as _socket
+
+    from tests.hellos import pq_hello
+    from tests.peers import wait_until
+
+    fleet = l7_fleet(fleet_factory, web, limits="handshake_timeout_s = 2\nheader_timeout_s = 2")
+    workers = set(fleet.workers())
+    rnd = random.Random(1234)
+    hello = pq_hello("shop.apps.test")
+    for i in range(120):
+        s = external_host.socket()
+        s.settimeout(5)
+        s.connect((external_host.gateway_ip, fleet.port))
+        kind = i % 4
+        if kind == 0:  # random bytes
+            s.sendall(rnd.randbytes(rnd.randrange(1, 4000)))
+        elif kind == 1:  # a hello cut short, then gone
+            s.sendall(hello[: rnd.randrange(1, len(hello))])
+        elif kind == 2:  # a whole hello, then garbage where the handshake should continue
+            s.sendall(hello + rnd.randbytes(rnd.randrange(1, 2000)))
+        else:  # a real handshake, then a broken request, then a reset
+            c = PQClient(s, "shop.apps.test")
+            c.handshake()
+            c.sendall(b"GET /" + rnd.randbytes(50) + b"\r\n\r\n")
+        if rnd.random() < 0.5:  # half of them vanish with a reset
+            s.setsockopt(_socket.SOL_SOCKET, _socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        s.close()
+    status, _, _ = request(external_host, fleet, "shop.apps.test", b"GET / HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n")
+    assert status == 200
+    assert set(fleet.workers()) == workers, "a worker died"
+    wait_until(lambda: fleet.stats().get("open_connections", 0) == 0, 10, 0.2, what="every connection released")
+    assert fleet.stats().get("active_connections", 0) == 0
+    assert "Traceback" not in fleet.output()
