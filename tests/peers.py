@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import ssl
@@ -233,6 +234,7 @@ class Fleet:
         host: str = "127.0.0.1",
         http: str = "",
         limits: str = "",
+        nofile: int | None = None,
     ) -> None:
         self.workdir = workdir
         self.port = free_port(host)
@@ -264,6 +266,7 @@ state_dir = "{workdir}/state"
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))) if nofile else None,
         )
         wait_until(lambda: "ready:" in self.output() or self.proc.poll() is not None, 20, what="fleet ready")
         if self.proc.poll() is not None:

@@ -391,3 +391,36 @@ service = "raw"
     client.close()
     backend.close()
     t.join(5)
+
+
+def test_out_of_descriptors_pauses_accept_instead_of_spinning(backend_factory, fleet_factory):
+    import psutil
+
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b), workers=1, nofile=96)
+    (pid,) = fleet.workers()
+    held = []
+    try:
+        for _ in range(80):  # each piped connection holds two descriptors in the worker
+            try:
+                s = tls_client(fleet.port, "alpha.test", timeout=2)
+                s.sendall(b"x")
+                s.recv(10)
+                held.append(s)
+            except (OSError, ssl.SSLError):
+                break
+        wait_until(lambda: fleet.stats().get("accept_errors", 0) > 0, 10, 0.2, what="EMFILE seen")
+        proc = psutil.Process(pid)
+        before = sum(proc.cpu_times()[:2])
+        extra = [socket.create_connection(("127.0.0.1", fleet.port)) for _ in range(5)]  # queued, not accepted
+        for s in extra:
+            s.sendall(b"\x16\x03\x01")
+        time.sleep(1.0)  # measuring CPU over a second of EMFILE pressure
+        spent = sum(proc.cpu_times()[:2]) - before
+        assert spent < 0.5, f"worker burned {spent:.2f} CPU-s in 1 s while out of descriptors"
+        for s in extra:
+            s.close()
+    finally:
+        for s in held:
+            s.close()
+    wait_until(lambda: _routes(fleet.port, "alpha.test"), 10, 0.2, what="accepting again")

@@ -67,6 +67,7 @@ class Worker:
         self.http_listener: socket.socket | None = None
         self.open = 0  # connections this worker holds, any stage: drain waits for zero
         self.draining = False
+        self._last_accept_warning = 0.0
         self.loop: asyncio.AbstractEventLoop
         self.stopped: asyncio.Future[int]
 
@@ -137,8 +138,8 @@ class Worker:
                 conn, addr = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # EMFILE and friends: leave the rest queued, say so
-                print(f"sentin8-proxy: worker {self.index}: accept failed: {exc}", file=sys.stderr, flush=True)
+            except OSError as exc:
+                self._accept_failed(listener, exc)
                 return
             conn.setblocking(False)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -148,6 +149,25 @@ class Worker:
                 self.loop.create_task(self._serve_http(conn, addr))
             else:
                 self.loop.create_task(self._handle(conn, addr))
+
+    def _accept_failed(self, listener: socket.socket, exc: OSError) -> None:
+        """Out of descriptors or memory: the listener stays readable, so a level-triggered loop would spin on
+        accept(). Stop watching it for a moment; the queued connections wait in the kernel meanwhile."""
+        self.counters.inc("accept_errors")
+        if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+            return  # ECONNABORTED and friends concern one connection only
+        now = time.monotonic()
+        if now - self._last_accept_warning > 1.0:
+            self._last_accept_warning = now
+            print(f"sentin8-proxy: worker {self.index}: accept paused 100 ms: {exc}", file=sys.stderr, flush=True)
+        fd = listener.fileno()
+        self.loop.remove_reader(fd)
+
+        def resume() -> None:
+            if listener in self.listeners:
+                self.loop.add_reader(fd, self._on_accept, listener)
+
+        self.loop.call_later(0.1, resume)
 
     def _hold(self, delta: int) -> None:
         self.open += delta

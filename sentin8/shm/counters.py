@@ -11,6 +11,7 @@ from .region import CACHE_LINE, align
 NAMES: tuple[str, ...] = (
     # accept / peek / classify
     "accepted",
+    "accept_errors",
     "connections_l4",
     "connections_l7",
     "connections_http",
