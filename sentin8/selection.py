@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 from .routing import Instance
@@ -27,10 +28,24 @@ class Selector:
         self.health_fresh_s = health_fresh_s
         self.suspect_ttl_us = int(suspect_ttl_s * 1e6)
         self._next: dict[str, int] = {}
+        # service -> (the snapshot's instance list, eligible until, eligible instances): freshness only
+        # decays, so the eligible set of one list holds until its first member's heartbeat goes stale
+        self._eligible: dict[str, tuple[list[Instance], float, list[Instance]]] = {}
+
+    def _eligible_now(self, service: str, instances: list[Instance], now: float) -> list[Instance]:
+        hit = self._eligible.get(service)
+        if hit is not None and hit[0] is instances and now < hit[1]:
+            return hit[2]
+        pool = eligible(instances, now, self.health_fresh_s)
+        until = min((i.health_ts + self.health_fresh_s for i in pool if i.health_ts is not None), default=math.inf)
+        if len(self._eligible) > 100_000:
+            self._eligible.clear()
+        self._eligible[service] = (instances, until, pool)
+        return pool
 
     def order(self, service: str, instances: list[Instance], now: float) -> tuple[list[Instance], bool]:
         """(candidates in the order to try, whether every candidate is suspect)."""
-        pool = eligible(instances, now, self.health_fresh_s)
+        pool = self._eligible_now(service, instances, now)
         if not pool:
             return [], False
         start = self._next.get(service, 0) % len(pool)

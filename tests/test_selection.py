@@ -81,3 +81,14 @@ def test_shared_suspect_table_round_trip_and_bounded():
     assert table.suspect_until("id-9999") == 1_009_999
     table.clear("id-9999")
     assert table.suspect_until("id-9999") == 0
+
+
+def test_cached_eligibility_still_expires_a_stale_heartbeat_on_time():
+    sel = Selector(Marks(), 30, 30)
+    pool = [inst("a", health_ts=1000.0), inst("b", health_ts=1010.0)]
+    assert {i.id for i in sel.order("svc", pool, 1020.0)[0]} == {"a", "b"}
+    assert {i.id for i in sel.order("svc", pool, 1029.9)[0]} == {"a", "b"}
+    assert [i.id for i in sel.order("svc", pool, 1030.0)[0]] == ["b"]  # a's heartbeat is 30 s old now
+    assert sel.order("svc", pool, 1040.0)[0] == []
+    fresh = [inst("a", health_ts=1039.0)]  # a new snapshot (a new list) is judged afresh
+    assert [i.id for i in sel.order("svc", fresh, 1040.0)[0]] == ["a"]
