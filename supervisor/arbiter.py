@@ -83,7 +83,25 @@ class Arbiter:
 
     # ---- setup ---------------------------------------------------------------------------------------
 
+    def _preflight(self) -> str | None:
+        """Bind every listener once before forking: a port another program holds is one clear line and
+        exit 2, not a worker crash loop that never gets READY."""
+        from workers.listener import bind_reuseport
+
+        for key, address in (("listen.https", self.cfg.listen.https), ("listen.http", self.cfg.listen.http)):
+            if not address:
+                continue
+            try:
+                bind_reuseport(address, key).close()
+            except OSError as exc:
+                return f"{key}: cannot listen on {address}: {exc.strerror}"
+        return None
+
     def run(self) -> int:
+        problem = self._preflight()
+        if problem is not None:
+            print(f"sentin8-proxy: {problem}", file=sys.stderr, flush=True)
+            return 2
         setproctitle.setproctitle("sentin8-proxy: supervisor")
         self.shared = SharedState(self.cfg, self.slots)
         migrate = enable_migrate_req()

@@ -86,3 +86,24 @@ def test_the_readme_config_reference_is_a_valid_config():
     block = section[section.index("```toml") + len("```toml") : section.index("```", section.index("```toml") + 7)]
     cfg = load_bytes(block.encode())
     assert cfg.instances[0].id == "web-1" and cfg.domains[0].hostname == "shop.apps.example.com"
+
+
+def test_a_port_held_by_another_program_is_one_clear_line_and_exit_2(tmp_path):
+    import socket
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)  # no SO_REUSEPORT: nobody else may bind it
+    port = holder.getsockname()[1]
+    path = tmp_path / "busy.toml"
+    path.write_text(f'[listen]\nhttps = "127.0.0.1:{port}"\nhttp = ""\nmgmt = ""\n[tls]\nstate_dir = "{tmp_path}"\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "run", "--config", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    holder.close()
+    assert out.returncode == 2
+    assert f"listen.https: cannot listen on 127.0.0.1:{port}" in out.stderr
