@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import statistics
+import subprocess
 from pathlib import Path
 
 from bench.clients import Sample
@@ -81,6 +82,11 @@ def h2load_keepalive(tc: Toolchain, url: str, conns: int, duration: float, threa
         ],
         timeout=duration + 60,
     )
+    return _h2load_rate(res)
+
+
+def _h2load_rate(res: subprocess.CompletedProcess) -> Sample:
+    """2xx responses per second of an h2load run; errors and non-2xx counted, never hidden."""
     ok, errors, non2xx = _h2load_errors(res.stdout)
     secs = _finished(res.stdout)
     good = ok - non2xx
@@ -149,16 +155,4 @@ def h2load_handshakes(tc: Toolchain, url: str, n: int, threads: int = 2) -> Samp
     """Full PQ handshakes: ``-n N -c N``, so every client makes one connection with one request and has no
     session to resume (h2load resumes on reconnect). Value: handshakes (with their request) per second."""
     res = tc.run(["h2load", "--h1", "--groups", GROUPS, f"-t{threads}", f"-n{n}", f"-c{n}", url], timeout=120)
-    ok, errors, non2xx = _h2load_errors(res.stdout)
-    secs = _finished(res.stdout)
-    good = ok - non2xx
-    if not secs or good <= 0:
-        return Sample(
-            None,
-            0,
-            errors + non2xx,
-            error=f"no 2xx response ({errors} errors, {non2xx} non-2xx)"
-            if res.returncode == 0
-            else _failed(res, "h2load"),
-        )
-    return Sample(good / secs, good, errors + non2xx)
+    return _h2load_rate(res)
