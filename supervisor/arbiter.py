@@ -24,6 +24,7 @@ import setproctitle
 
 from sentin8 import lifecycle
 from sentin8.config import Config, ConfigError, load_file
+from sentin8.eventlog import event, install, set_role
 from sentin8.shm.state import SharedState
 
 from . import sdnotify
@@ -35,8 +36,6 @@ QUIT_GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1
 
 
-def log(msg: str) -> None:
-    print(f"sentin8-proxy: {msg}", flush=True)
 
 
 @dataclass
@@ -103,6 +102,7 @@ class Arbiter:
             print(f"sentin8-proxy: {problem}", file=sys.stderr, flush=True)
             return 2
         setproctitle.setproctitle("sentin8-proxy: supervisor")
+        install()
         self.shared = SharedState(self.cfg, self.slots)
         migrate = enable_migrate_req()
         self.status_r, self.status_w = os.pipe()
@@ -113,9 +113,12 @@ class Arbiter:
         signal.set_wakeup_fd(self.sig_w, warn_on_full_buffer=False)
         for sig in HANDLED_SIGNALS:
             signal.signal(sig, lambda *_: None)  # the wakeup pipe carries the number; the loop acts on it
-        log(
-            f"supervisor {os.getpid()}: {self.workers_wanted} workers on {self.cfg.listen.https}, "
-            f"shm {self.shared.region.size // 1024} KiB, tcp_migrate_req {'on' if migrate else 'unavailable'}"
+        event(
+            "start",
+            workers=self.workers_wanted,
+            listen=self.cfg.listen.https,
+            shm_kib=self.shared.region.size // 1024,
+            tcp_migrate_req=migrate,
         )
         self._spawn_resolver()
         return self._loop()
@@ -141,6 +144,7 @@ class Arbiter:
             if cpu is not None:
                 os.sched_setaffinity(0, {cpu})
             setproctitle.setproctitle(title)
+            set_role(role)
             code = target()
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
@@ -168,7 +172,7 @@ class Arbiter:
         from workers.worker import Worker
 
         if not self.free_slots:
-            log(f"worker {index}: no free counter slot while old workers drain; retrying in 1s")
+            event("worker_slot_wait", "warning", worker=index, retry_s=1.0)
             self.respawn_at[("worker", index)] = time.monotonic() + 1.0
             return None
         cpus = sorted(os.sched_getaffinity(0))
@@ -202,7 +206,7 @@ class Arbiter:
                 self._read_status()
             self._run_due()
             if self.state != "running" and not self.children:
-                log("supervisor: all children exited")
+                event("stopped")
                 return 0
 
     def _next_deadline(self) -> float:
@@ -252,7 +256,7 @@ class Arbiter:
         if len(live) >= self.workers_wanted and all(c.listening for c in live):
             self.ready_sent = True
             sdnotify.notify(f"READY=1\nMAINPID={os.getpid()}\nSTATUS=serving with {len(live)} workers")
-            log(f"ready: {len(live)} workers listening on {self.cfg.listen.https}")
+            event("ready", workers=len(live), listen=self.cfg.listen.https)
 
     def _run_due(self) -> None:
         now = time.monotonic()
@@ -313,7 +317,7 @@ class Arbiter:
     def _drain(self) -> None:
         self.state = "draining"
         sdnotify.notify("STOPPING=1")
-        log(f"draining (up to {self.cfg.fleet.drain_timeout_s:g}s)")
+        event("drain", timeout_s=self.cfg.fleet.drain_timeout_s)
         self.respawn_at.clear()
         workers = self._workers()
         for child in workers:
@@ -325,7 +329,7 @@ class Arbiter:
     def _quit(self) -> None:
         self.state = "quitting"
         sdnotify.notify("STOPPING=1")
-        log("stopping now")
+        event("quit")
         self.respawn_at.clear()
         for child in self.children.values():
             self._kill(child.pid, signal.SIGQUIT)
@@ -361,7 +365,8 @@ class Arbiter:
             if pid in self.replacing:  # a replacement died before it listened: stop the rolling reload
                 self.replacing.pop(pid)
                 self.reload_queue.clear()
-                log(f"reload: replacement worker {child.index} exited ({code}) before listening; reload stopped")
+                event("reload_stopped", "error", worker=child.index, exit_code=code,
+                      reason="replacement exited before listening")
                 continue
             self._schedule_respawn(child, code)
 
@@ -371,14 +376,15 @@ class Arbiter:
         failures = 0 if lived >= STABLE_AFTER_S else self.failures.get(key, 0) + 1
         self.failures[key] = failures
         delay = min(0.1 * (2**failures) if failures else 0.0, self.cfg.fleet.restart_backoff_max_s)
-        log(f"{child.role} {child.index} (pid {child.pid}) exited with {code}; restarting in {delay:.1f}s")
+        event("child_died", "warning", child=child.role, index=child.index, child_pid=child.pid, exit_code=code,
+              respawn_in_s=round(delay, 3))
         self.respawn_at[key] = time.monotonic() + delay
 
     # ---- reload --------------------------------------------------------------------------------------
 
     def _reload(self) -> None:
         if self.reload_queue or self.replacing:
-            log("reload already in progress; another follows once it is done")
+            event("reload_queued")
             self.reload_pending = True
             return
         if self.config_path is None:
@@ -387,14 +393,15 @@ class Arbiter:
             try:
                 new_cfg = load_file(self.config_path)
             except ConfigError as exc:
-                log(f"reload refused, keeping the running config: {exc}")
+                event("reload_refused", "error", reason=str(exc))
                 return
         wanted = new_cfg.worker_count()
         if 2 * wanted + 2 > self.slots:
-            log(f"reload refused: fleet.workers={wanted} needs a restart (shared memory sized for fewer)")
+            reason = f"fleet.workers: {wanted} needs a restart (shared memory sized for fewer)"
+            event("reload_refused", "error", reason=reason)
             return
         if new_cfg.shm != self.cfg.shm:
-            log("reload: [shm] sizes apply at the next restart")
+            event("reload_note", "warning", reason="[shm] sizes apply at the next restart")
         sources_changed = new_cfg.sources != self.cfg.sources
         self.cfg = new_cfg
         self.workers_wanted = wanted
@@ -403,7 +410,7 @@ class Arbiter:
                 self._kill(child.pid, signal.SIGTERM if sources_changed else signal.SIGHUP)
             elif child.role == "worker" and child.index >= wanted and not child.retiring:
                 self._retire(child.pid)
-        log(f"reloading: replacing {wanted} workers one at a time")
+        event("reload_start", workers=wanted)
         self.reload_queue = list(range(wanted))
         self._continue_reload()
 
@@ -420,7 +427,7 @@ class Arbiter:
             new_pid = self._spawn_worker(index)
             if new_pid is None:
                 self.reload_queue.clear()
-                log("reload stopped: no free counter slot (send SIGHUP again once old workers are gone)")
+                event("reload_stopped", "error", reason="no free counter slot")
                 return
             if old:
                 self.replacing[new_pid] = old[0].pid
@@ -442,7 +449,8 @@ class Arbiter:
             except psutil.Error:
                 continue
             if limit and child.role == "worker" and child.rss > limit and not child.retiring and not self.replacing:
-                log(f"worker {child.index} RSS {child.rss >> 20} MiB over {limit >> 20} MiB: replacing it")
+                event("worker_rss_recycle", "warning", worker=child.index, rss_mib=child.rss >> 20,
+                      limit_mib=limit >> 20)
                 self.reload_queue.append(child.index)
                 self._continue_reload()
 

@@ -268,12 +268,26 @@ state_dir = "{workdir}/state"
             start_new_session=True,
             preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))) if nofile else None,
         )
-        wait_until(lambda: "ready:" in self.output() or self.proc.poll() is not None, 20, what="fleet ready")
+        wait_until(lambda: self.saw("ready") or self.proc.poll() is not None, 20, what="fleet ready")
         if self.proc.poll() is not None:
             raise AssertionError(f"fleet exited {self.proc.returncode}:\n{self.output()}")
 
     def output(self) -> str:
         return Path(self.log_path).read_text()
+
+    def events(self, name: str | None = None) -> list[dict]:
+        """The fleet's JSON event lines (``sentin8.eventlog``), optionally only those named ``name``."""
+        out = []
+        for line in self.output().splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    ev = json.loads(line)
+                    if name is None or ev.get("event") == name:
+                        out.append(ev)
+        return out
+
+    def saw(self, name: str) -> bool:
+        return bool(self.events(name))
 
     def children(self) -> dict[int, str]:
         out = {}

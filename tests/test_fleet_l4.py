@@ -199,7 +199,7 @@ def test_sigterm_lets_an_open_pipe_finish_then_exits_zero(backend_factory, fleet
         s.sendall(b"before")
         assert s.recv(100) == b"a:before"
         fleet.signal(signal.SIGTERM)
-        wait_until(lambda: "draining" in fleet.output(), 5, what="drain")
+        wait_until(lambda: fleet.saw("drain"), 5, what="drain")
         # new connections are no longer accepted once the listeners close
         wait_until(lambda: _refused(fleet.port), 5, what="listeners closed")
         for i in range(3):  # the open pipe keeps working during the drain

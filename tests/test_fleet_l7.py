@@ -340,7 +340,7 @@ def test_sigterm_drains_an_in_flight_l7_request_and_the_gauge_shows_it(external_
     assert web.slow_started.wait(10)
     wait_until(lambda: fleet.stats().get("active_connections") == 1, 5, 0.05, what="in-flight gauge = 1")
     fleet.signal(signal.SIGTERM)
-    wait_until(lambda: "draining" in fleet.output(), 5, what="drain started")
+    wait_until(lambda: fleet.saw("drain"), 5, what="drain started")
     web.release_slow.set()
     resp = client.request(b"")
     assert resp.startswith(b"HTTP/1.1 200")
