@@ -30,6 +30,9 @@ def fleet_factory(tmp_path):
 
     yield make
     for f in made:
+        # A gauge released more often than acquired is a bug the shm gauge would otherwise hide at zero.
+        underflow = f.stats().get("gauge_underflow", 0) if f.proc.poll() is None else 0
         f.stop()
+        assert underflow == 0, f"gauge_underflow = {underflow}: a hold or gauge was released twice"
 
 pytest_plugins = ["tests.servers"]

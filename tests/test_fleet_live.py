@@ -45,9 +45,16 @@ class Platform:
         self.redis.client().publish(DOMAIN_CHANNEL, slug)
 
     def set_instance(
-        self, service: str, iid: str, port: int, state: str = "Active", age: float = 0.0, publish: bool = True
+        self,
+        service: str,
+        iid: str,
+        port: int,
+        state: str = "Active",
+        age: float = 0.0,
+        publish: bool = True,
+        host: str = "127.0.0.1",
     ) -> None:
-        value = {"host": "127.0.0.1", "port": port, "state": state, "health_ts": time.time() - age, "tls": True}
+        value = {"host": host, "port": port, "state": state, "health_ts": time.time() - age, "tls": True}
         client = self.redis.client()
         client.hset(f"captain:svc:{service}", iid, json.dumps(value))
         if publish:
@@ -92,6 +99,19 @@ def test_new_app_routes_within_two_seconds_of_its_events(platform, backend_facto
     elapsed = time.monotonic() - t0
     print(f"event -> first routed connection: {elapsed * 1000:.0f} ms")
     assert elapsed < 2.5  # the registry debounce is 1 s; allow for a loaded 2-core CI machine
+
+
+def test_a_registry_host_that_is_a_name_is_resolved_and_routed(platform, backend_factory, fleet_factory):
+    """Captain may register a DNS name: the worker resolves it off its loop (workers.connect) and pipes."""
+    a = backend_factory("a", hostname("named"))
+    platform.set_instance("named", "named-1", a.port, host="localhost")
+    platform.add_app("named", "named")
+    fleet = fleet_factory("", extra=platform.sources())
+    wait_until(lambda: routes_to(fleet.port, hostname("named"), b"a"), 5, what="named instance routed")
+    for _ in range(3):
+        assert roundtrip(fleet.port, hostname("named")) == b"a:ping"
+    stats = fleet.stats()
+    assert stats.get("backend_connect_errors", 0) == 0 and stats.get("gauge_underflow", 0) == 0
 
 
 def test_draining_and_stale_instances_get_no_new_connections(platform, backend_factory, fleet_factory):

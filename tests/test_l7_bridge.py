@@ -1261,6 +1261,61 @@ def test_over_real_pq_tls_both_sides(start):
     settled(proxy)
 
 
+class _SNIApp(_HeadersApp):
+    """Records the SNI the upstream client sent (the TLS layer exposes it), then answers like _HeadersApp."""
+
+    seen: list[str | None]
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.seen.append(transport.get_extra_info("sni"))
+        super().connection_made(transport)
+
+
+@pytest.mark.parametrize("cert_name", ["localhost", "backend.internal"])
+def test_bridge_mode_sends_sni_and_verifies_the_instance_name(start, tmp_path, cert_name):
+    """workers.l7_context.UpstreamTLS, as a worker wires it: SNI = the instance host; with upstream.ca_file a
+    certificate that chains to the CA but names another host is refused (502), never forwarded to."""
+    from cryptography.hazmat.primitives import serialization
+
+    from sentin8 import certstore, tls
+    from workers import tls_layer
+    from workers.l7_context import UpstreamTLS
+
+    now = time.time()
+    cert, key = certstore.self_signed_mldsa65([cert_name], now - 60, now + 3600)
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    ca_file = tmp_path / "backend-ca.pem"
+    ca_file.write_bytes(cert_pem)  # the self-signed leaf is its own trust anchor
+    back = tls.server_context(certstore.parse_pair(cert_name, cert_pem, key_pem, now))
+    proxy = start(make_table([]))
+    seen: list[str | None] = []
+    app = type("App", (_SNIApp,), {"seen": seen})
+
+    async def serve_backend() -> int:
+        server = await proxy.loop.create_server(lambda: tls_layer.TLSServerProtocol(back, app), "127.0.0.1", 0)
+        proxy.extra_servers.append(server)
+        return server.sockets[0].getsockname()[1]
+
+    port = asyncio.run_coroutine_threadsafe(serve_backend(), proxy.loop).result(DEADLINE)
+    named = Instance(id="web-0", service="web", host="localhost", port=port, tls=True)
+    proxy.ctx.table = routing.build(
+        [Route(hostname="shop.example.com", service="web", env_id="env-1")], [named], built_at=0.0
+    )
+    upstream = UpstreamTLS(Upstream(ca_file=str(ca_file), connect_timeout_s=2), proxy.ctx.count)
+    proxy.ctx.tls_fn = upstream.for_instance
+    resp = proxy.client().request(get("/"))
+    if cert_name == "localhost":
+        assert resp.status == 200 and seen == ["localhost"]
+        assert proxy.counters["upstream_cold"] == 1
+    else:
+        assert resp.status == 502 and seen == []  # the handshake failed: no request reached the app
+        assert proxy.ctx.suspects == ["web-0"] and proxy.counters["upstream_connect_failed"] == 1
+    settled(proxy)
+
+
 def test_concurrent_keepalive_clients_share_a_bounded_pool(start, backend):
     proxy = start(make_table([backend]), cfg=make_cfg(pool_idle=4))
     errors: list[BaseException] = []

@@ -7,8 +7,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from OpenSSL import SSL
+
 from sentin8 import tls
-from sentin8.config import Config
+from sentin8.config import Config, Upstream
 from sentin8.policy import EdgePolicy
 from sentin8.routing import Instance, Route
 
@@ -27,9 +29,7 @@ class WorkerL7Context:
         self.counters = worker.counters
         self.edge_policy = policy
         self.pool = UpstreamPool.from_config(loop, self.cfg)
-        up = self.cfg.upstream
-        self._upstream_ctx = None
-        self._upstream_opts = {"ca_file": up.ca_file, "client_cert": up.client_cert, "client_key": up.client_key}
+        self._upstream_tls = UpstreamTLS(self.cfg.upstream, self.counters.inc)
 
     def resolve(self, host: str) -> Route | None:
         table = self.worker.routes.current()
@@ -60,21 +60,42 @@ class WorkerL7Context:
         return status
 
     def upstream_tls(self, instance: Instance) -> Callable[[asyncio.Protocol], asyncio.Protocol] | None:
-        """Bridge mode for ``tls = true`` instances: TLS (mTLS when a client cert is configured) to the backend."""
+        return self._upstream_tls.for_instance(instance)
+
+
+class UpstreamTLS:
+    """Bridge mode for ``tls = true`` instances: TLS (mTLS when a client cert is configured) to the backend.
+
+    The instance's host is sent as SNI (a backend serving several names picks its certificate by it; IP
+    literals are not sent, as RFC 6066 requires), and with ``upstream.ca_file`` set the backend's certificate
+    must also name that host: a valid chain for some other name is refused. The client context is built on
+    first use (a worker without TLS backends never loads the files)."""
+
+    def __init__(self, upstream: Upstream, count: Callable[[str], None]) -> None:
+        self._upstream = upstream
+        self._count = count
+        self._ctx: SSL.Context | None = None
+
+    def for_instance(self, instance: Instance) -> Callable[[asyncio.Protocol], asyncio.Protocol] | None:
         if not instance.tls:
             return None
-        if self._upstream_ctx is None:
-            self._upstream_ctx = tls.upstream_context(**self._upstream_opts)
-        ctx = self._upstream_ctx
-        verify = instance.host if self.cfg.upstream.ca_file else None
+        up = self._upstream
+        if self._ctx is None:
+            self._ctx = tls.upstream_context(ca_file=up.ca_file, client_cert=up.client_cert, client_key=up.client_key)
+        ctx = self._ctx
+        name = instance.host
+        verify = name if up.ca_file else None
+        timeout = up.connect_timeout_s
+        count = self._count
 
         def wrap(inner: asyncio.Protocol) -> asyncio.Protocol:
             return TLSClientProtocol(
                 ctx,
                 lambda: inner,
+                server_hostname=name,
                 verify_name=verify,
-                handshake_timeout=self.cfg.upstream.connect_timeout_s,
-                on_handshake_error=lambda reason: self.counters.inc("upstream_errors"),
+                handshake_timeout=timeout,
+                on_handshake_error=lambda reason: count("upstream_errors"),
             )
 
         return wrap

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import gc
-import os
 import signal
 import socket
 import sys
@@ -20,6 +19,7 @@ import uvloop
 from sentin8 import lifecycle, routing
 from sentin8.certstore import CertStore
 from sentin8.config import Config
+from sentin8.holds import Hold, OpenConnections
 from sentin8.netclass import Classifier
 from sentin8.policy import EdgePolicy
 from sentin8.routing import Instance, RoutingTable
@@ -28,6 +28,7 @@ from sentin8.shm.snapshot import SnapshotCache
 from sentin8.shm.state import SharedState
 from sentin8.tls import SNIContexts
 
+from .connect import connect_tcp
 from .l4_pipe import PipePool, SplicePipe
 from .l7_bridge import L7Bridge, PlainHTTPListener
 from .l7_context import WorkerL7Context
@@ -65,7 +66,7 @@ class Worker:
         self.bridges: set[L7Bridge] = set()
         self.listeners: list[socket.socket] = []
         self.http_listener: socket.socket | None = None
-        self.open = 0  # connections this worker holds, any stage: drain waits for zero
+        self.open = OpenConnections(self.counters, self._maybe_finished)  # any stage: drain waits for zero
         self.draining = False
         self._last_accept_warning = 0.0
         self.loop: asyncio.AbstractEventLoop
@@ -127,7 +128,7 @@ class Worker:
             self.stopped.set_result(code)
 
     def _maybe_finished(self) -> None:
-        if self.draining and self.open == 0:
+        if self.draining and self.open.count == 0:
             self._finish(0)
 
     # ---- accept --------------------------------------------------------------------------------------
@@ -144,11 +145,11 @@ class Worker:
             conn.setblocking(False)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.counters.inc("accepted")
-            self._hold(+1)
+            hold = self.open.hold()
             if listener is self.http_listener:
-                self.loop.create_task(self._serve_http(conn, addr))
+                self.loop.create_task(self._serve_http(conn, addr, hold))
             else:
-                self.loop.create_task(self._handle(conn, addr))
+                self.loop.create_task(self._handle(conn, addr, hold))
 
     def _accept_failed(self, listener: socket.socket, exc: OSError) -> None:
         """Out of descriptors or memory: the listener stays readable, so a level-triggered loop would spin on
@@ -169,15 +170,9 @@ class Worker:
 
         self.loop.call_later(0.1, resume)
 
-    def _hold(self, delta: int) -> None:
-        self.open += delta
-        self.counters.add_gauge("open_connections", delta)
-        if delta < 0:
-            self._maybe_finished()
-
     # ---- one connection ------------------------------------------------------------------------------
 
-    async def _handle(self, conn: socket.socket, addr: tuple) -> None:
+    async def _handle(self, conn: socket.socket, addr: tuple, hold: Hold) -> None:
         handed_off = False
         try:
             limits = self.cfg.limits
@@ -187,24 +182,25 @@ class Worker:
                 self.counters.inc(exc.reason)
                 return
             if not self.classifier.is_internal(addr[0]):
-                handed_off = await self.serve_external(conn, addr)
+                handed_off = await self.serve_external(conn, addr, hold)
                 return
             self.counters.inc("connections_l4")
-            handed_off = await self._serve_l4(conn, hello.sni)
+            handed_off = await self._serve_l4(conn, hello.sni, hold)
         except Exception as exc:  # a bug must cost one connection, never the worker
             print(f"sentin8-proxy: worker {self.index}: connection error: {exc!r}", file=sys.stderr, flush=True)
         finally:
             if not handed_off:
                 conn.close()
-                self._hold(-1)
+                hold.release()  # a no-op when a half-done hand-off already released it
 
-    async def serve_external(self, conn: socket.socket, addr: tuple) -> bool:
+    async def serve_external(self, conn: socket.socket, addr: tuple, hold: Hold) -> bool:
         """External: terminate PQ TLS (certificate per SNI, bootstrap when none) and bridge at L7. The peeked
         ClientHello is still in the socket, so the TLS layer reads it as if nothing happened. Returns True once
         the transport owns the socket; its ``connection_lost`` releases the hold."""
         self.counters.inc("connections_l7")
         layer = _TrackedTLS(
-            self,
+            self.bridges,
+            hold,
             self.sni.front,
             lambda: self._new_bridge(L7Bridge, addr, "https"),
             handshake_timeout=self.cfg.limits.handshake_timeout_s,
@@ -214,18 +210,18 @@ class Worker:
         await self.loop.connect_accepted_socket(lambda: layer, sock=conn)
         return True
 
-    async def _serve_http(self, conn: socket.socket, addr: tuple) -> None:
+    async def _serve_http(self, conn: socket.socket, addr: tuple, hold: Hold) -> None:
         """:80 — ACME HTTP-01 only, for every source; everything else is 404."""
         self.counters.inc("connections_http")
         try:
-            await self.loop.connect_accepted_socket(lambda: self._new_http_bridge(addr), sock=conn)
+            await self.loop.connect_accepted_socket(lambda: self._new_http_bridge(addr, hold), sock=conn)
         except Exception:
             conn.close()
-            self._hold(-1)
+            hold.release()  # a no-op when connection_lost already released it
 
-    def _new_http_bridge(self, addr: tuple) -> _TrackedHTTP:
+    def _new_http_bridge(self, addr: tuple, hold: Hold) -> _TrackedHTTP:
         bridge = self._new_bridge(_TrackedHTTP, addr, "http")
-        bridge.worker = self
+        bridge.track(self.bridges, hold)
         return bridge
 
     def _new_bridge(self, kind: type[_B], addr: tuple, scheme: str) -> _B:
@@ -240,7 +236,7 @@ class Worker:
         if reason == "timeout":
             self.counters.inc("handshake_timeout")
 
-    async def _serve_l4(self, conn: socket.socket, sni: str | None) -> bool:
+    async def _serve_l4(self, conn: socket.socket, sni: str | None, hold: Hold) -> bool:
         if sni is None:
             self.counters.inc("no_sni")
             return False
@@ -253,14 +249,14 @@ class Worker:
         if backend is None:
             return False
         self.counters.add_gauge("l4_active", 1)
-        SplicePipe(self.loop, conn, backend, self.pipes, self._pipe_closed).start()
+        SplicePipe(self.loop, conn, backend, self.pipes, lambda pipe: self._pipe_closed(pipe, hold)).start()
         return True
 
-    def _pipe_closed(self, pipe: SplicePipe) -> None:
+    def _pipe_closed(self, pipe: SplicePipe, hold: Hold) -> None:
         self.counters.inc("l4_bytes_in", pipe.upstream.bytes)
         self.counters.inc("l4_bytes_out", pipe.downstream.bytes)
         self.counters.add_gauge("l4_active", -1)
-        self._hold(-1)
+        hold.release()
 
     # ---- backends ------------------------------------------------------------------------------------
 
@@ -281,58 +277,21 @@ class Worker:
             return None
         timeout = self.cfg.upstream.connect_timeout_s
         for inst in order:
-            sock = socket.socket(socket.AF_INET6 if ":" in inst.host else socket.AF_INET, socket.SOCK_STREAM)
-            sock.setblocking(False)
             try:
-                await self._connect(sock, inst.host, inst.port, timeout)
+                return await connect_tcp(self.loop, inst.host, inst.port, timeout)
             except (OSError, TimeoutError):
-                sock.close()
                 self.counters.inc("backend_connect_errors")
                 self.selector.mark_suspect(inst.id, time.time())
-                continue
-            except BaseException:
-                sock.close()
-                raise
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return sock
         return None
-
-    async def _connect(self, sock: socket.socket, host: str, port: int, timeout: float) -> None:
-        """A non-blocking connect with a deadline timer (no extra Task, unlike asyncio.wait_for)."""
-        err = sock.connect_ex((host, port))
-        if err == 0:
-            return
-        if err not in (errno.EINPROGRESS, errno.EAGAIN):
-            raise OSError(err, os.strerror(err))
-        fd = sock.fileno()
-        done: asyncio.Future[None] = self.loop.create_future()
-
-        def writable() -> None:
-            if not done.done():
-                done.set_result(None)
-
-        def expired() -> None:
-            if not done.done():
-                done.set_exception(TimeoutError())
-
-        self.loop.add_writer(fd, writable)
-        timer = self.loop.call_later(timeout, expired)
-        try:
-            await done
-        finally:
-            timer.cancel()
-            self.loop.remove_writer(fd)
-        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if err:
-            raise OSError(err, os.strerror(err))
 
 
 class _TrackedTLS(TLSServerProtocol):
-    """The TLS layer of one external connection, releasing the worker's hold when the connection ends."""
+    """The TLS layer of one external connection, releasing its hold when the connection ends."""
 
-    def __init__(self, worker: Worker, *args, **kwargs) -> None:
+    def __init__(self, bridges: set[L7Bridge], hold: Hold, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._worker = worker
+        self._bridges = bridges
+        self._hold = hold
 
     def connection_lost(self, exc: Exception | None) -> None:
         app = self._app
@@ -340,18 +299,24 @@ class _TrackedTLS(TLSServerProtocol):
             super().connection_lost(exc)
         finally:
             if app is not None:
-                self._worker.bridges.discard(app)
-            self._worker._hold(-1)
+                self._bridges.discard(app)
+            self._hold.release()
 
 
 class _TrackedHTTP(PlainHTTPListener):
-    """The :80 bridge, releasing the worker's hold when the connection ends."""
+    """The :80 bridge, releasing its hold when the connection ends."""
 
-    worker: Worker
+    _bridges: set[L7Bridge]
+    _hold: Hold | None = None
+
+    def track(self, bridges: set[L7Bridge], hold: Hold) -> None:
+        self._bridges = bridges
+        self._hold = hold
 
     def connection_lost(self, exc: Exception | None) -> None:
         try:
             super().connection_lost(exc)
         finally:
-            self.worker.bridges.discard(self)
-            self.worker._hold(-1)
+            self._bridges.discard(self)
+            if self._hold is not None:
+                self._hold.release()

@@ -75,6 +75,7 @@ NAMES: tuple[str, ...] = (
     "upstream_truncated",
     "upstream_unavailable",
     "unknown_counter",  # a name missing from this table: counted here rather than crash a connection
+    "gauge_underflow",  # a gauge decremented below zero: a release without its acquire (a bug; tests assert 0)
     # latency histogram of L7 responses (upper bounds in ms) and its sum
     "latency_le_1ms",
     "latency_le_5ms",
@@ -97,6 +98,7 @@ GAUGES = ("l4_active", "active_connections", "open_connections")
 MAX_COUNTERS = 128
 INDEX = {name: i for i, name in enumerate(NAMES)}
 _UNKNOWN = INDEX["unknown_counter"]
+_UNDERFLOW = INDEX["gauge_underflow"]
 _LATENCY = tuple(
     (float(n.removeprefix("latency_le_").removesuffix("ms")) if n != "latency_le_inf" else float("inf"), INDEX[n])
     for n in NAMES
@@ -130,7 +132,12 @@ class WorkerCounters:
 
     def add_gauge(self, name: str, delta: int) -> None:
         i = INDEX[name]
-        self.words[i] = max(0, self.words[i] + delta)
+        value = self.words[i] + delta
+        if value < 0:
+            # Never hidden by a silent clamp: counted, so the fleet tests (and operators) see the bug.
+            self.words[_UNDERFLOW] = self.words[_UNDERFLOW] + 1
+            value = 0
+        self.words[i] = value
 
     def zero_gauges(self) -> None:
         for name in GAUGES:

@@ -1,0 +1,55 @@
+"""The connections a worker holds, counted so that drain can wait for zero. Sans-IO.
+
+Each accepted connection gets one ``Hold``; whoever ends the connection releases it. Several parties may
+believe they end it (the accept task when a hand-off fails half-way, the transport's ``connection_lost``
+later), so ``release`` is idempotent by construction: the hold forgets its owner on the first call and a
+second call finds nothing to release. The count can therefore never be decremented twice for one connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+
+class Gauge(Protocol):
+    def add_gauge(self, name: str, delta: int) -> None: ...
+
+
+class Hold:
+    """One connection's share of ``OpenConnections``."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: OpenConnections) -> None:
+        self._owner: OpenConnections | None = owner
+
+    @property
+    def released(self) -> bool:
+        return self._owner is None
+
+    def release(self) -> None:
+        owner, self._owner = self._owner, None
+        if owner is not None:
+            owner.released_one()
+
+
+class OpenConnections:
+    """How many connections are held (any stage), mirrored into the ``open_connections`` gauge.
+    ``on_release`` runs after every release (drain checks for zero there)."""
+
+    def __init__(self, gauges: Gauge, on_release: Callable[[], None] = lambda: None) -> None:
+        self._gauges = gauges
+        self._on_release = on_release
+        self.count = 0
+
+    def hold(self) -> Hold:
+        self.count += 1
+        self._gauges.add_gauge("open_connections", 1)
+        return Hold(self)
+
+    def released_one(self) -> None:
+        """Called by ``Hold.release`` only (once per hold)."""
+        self.count -= 1
+        self._gauges.add_gauge("open_connections", -1)
+        self._on_release()

@@ -1,0 +1,141 @@
+"""workers.connect: a backend host that is a name is resolved off the loop; the loop keeps serving meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+import uvloop
+
+from sentin8.holds import OpenConnections
+from sentin8.shm.counters import BLOCK_BYTES, CounterReader, WorkerCounters
+from workers.connect import connect_tcp, literal_family
+
+
+class GatedDNSLoop(uvloop.Loop):
+    """A real uvloop loop whose name lookups (the real ones) wait for the test to open a gate: DNS that
+    takes as long as the test wants, so a lookup that blocked the loop would show as a stalled heartbeat."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.lookups: list[str] = []
+
+    async def getaddrinfo(self, host, port, **kw):  # type: ignore[override]
+        self.lookups.append(host)
+        await self.gate.wait()
+        return await super().getaddrinfo(host, port, **kw)
+
+
+@pytest.fixture
+def listener():
+    srv = socket.create_server(("127.0.0.1", 0))
+    yield srv
+    srv.close()
+
+
+def test_a_name_is_resolved_without_blocking_the_loop(listener):
+    port = listener.getsockname()[1]
+    loop = GatedDNSLoop()
+
+    async def main() -> tuple[int, int]:
+        ticks = 0
+
+        async def heartbeat() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.001)
+
+        beat = asyncio.ensure_future(heartbeat())
+        connecting = asyncio.ensure_future(connect_tcp(loop, "localhost", port, 5.0))
+        while not loop.lookups:  # the lookup has started...
+            await asyncio.sleep(0.001)
+        seen = ticks
+        while ticks < seen + 20:  # ...and the loop keeps running other work while it is pending
+            await asyncio.sleep(0.001)
+        assert not connecting.done()
+        loop.gate.set()
+        sock = await asyncio.wait_for(connecting, 5.0)
+        try:
+            assert sock.getpeername()[1] == port
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        finally:
+            sock.close()
+        beat.cancel()
+        return ticks, len(loop.lookups)
+
+    try:
+        ticks, lookups = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert lookups == 1 and ticks >= 20
+    accepted, _ = listener.accept()
+    accepted.close()
+
+
+def test_a_literal_needs_no_lookup_and_a_slow_name_times_out(listener):
+    port = listener.getsockname()[1]
+    loop = GatedDNSLoop()  # the gate stays shut: a lookup never finishes
+
+    async def main() -> None:
+        sock = await connect_tcp(loop, "127.0.0.1", port, 2.0)
+        sock.close()
+        assert loop.lookups == []
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await connect_tcp(loop, "localhost", port, 0.2)
+        assert time.monotonic() - t0 < 2.0
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_refused_and_unknown_names_raise_oserror():
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    dead.close()
+    loop = uvloop.new_event_loop()
+    try:
+        with pytest.raises(OSError):
+            loop.run_until_complete(connect_tcp(loop, "localhost", port, 2.0))
+        with pytest.raises(OSError):
+            loop.run_until_complete(connect_tcp(loop, "no-such-host.invalid", port, 5.0))
+    finally:
+        loop.close()
+    assert literal_family("::1") == socket.AF_INET6 and literal_family("localhost") is None
+
+
+def _counters() -> tuple[WorkerCounters, CounterReader]:
+    view = memoryview(bytearray(BLOCK_BYTES))
+    return WorkerCounters(view, 0), CounterReader(view, 1)
+
+
+def test_a_hold_releases_once_however_often_it_is_released():
+    counters, reader = _counters()
+    releases = []
+    open_ = OpenConnections(counters, lambda: releases.append(open_.count))
+    a, b = open_.hold(), open_.hold()
+    assert open_.count == 2 and reader.total()["open_connections"] == 2
+    a.release()
+    a.release()  # e.g. the accept task after a failed hand-off, then connection_lost
+    assert a.released and not b.released
+    assert open_.count == 1 and reader.total()["open_connections"] == 1 and releases == [1]
+    b.release()
+    assert open_.count == 0 and reader.total()["open_connections"] == 0
+    assert reader.total()["gauge_underflow"] == 0
+
+
+def test_a_gauge_below_zero_is_counted_not_hidden():
+    counters, reader = _counters()
+    counters.add_gauge("l4_active", 1)
+    counters.add_gauge("l4_active", -1)
+    assert reader.total()["gauge_underflow"] == 0
+    counters.add_gauge("l4_active", -1)
+    total = reader.total()
+    assert total["l4_active"] == 0 and total["gauge_underflow"] == 1
