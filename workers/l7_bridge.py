@@ -37,6 +37,17 @@ from sentin8.http.framing import (
     validate_request,
 )
 from sentin8.http.headers import Header, forward_headers, passthrough_headers, response_headers
+from sentin8.http.response import (
+    CRLF,
+    LAST_CHUNK,
+    chunk_size_line,
+    coalesce,
+    encode_chunks,
+    response_framing,
+    split,
+    upstream_reusable,
+    without_content_length,
+)
 from sentin8.routing import Instance, Route
 from workers.upstream import UpstreamConn, UpstreamPool
 
@@ -598,11 +609,8 @@ class L7Bridge(asyncio.Protocol):
 
     def _write_split(self, data: bytes) -> None:
         """Raw bytes (tunnel) to the client, in pieces of at most CHUNK."""
-        if len(data) <= CHUNK:
-            self._write(data)
-        else:
-            for i in range(0, len(data), CHUNK):
-                self._write(data[i : i + CHUNK])
+        for piece in split(data, CHUNK):
+            self._write(piece)
 
     def _track(self, held: int) -> None:
         total = held
@@ -841,13 +849,11 @@ class _Exchange:
             for chunk in body:
                 self.body_written += len(chunk)
                 if head.chunked:
-                    parts.append(b"%x\r\n" % len(chunk))
-                    parts.append(chunk)
-                    parts.append(b"\r\n")
+                    parts += (chunk_size_line(len(chunk)), chunk, CRLF)
                 else:
                     parts.append(chunk)
         if req.complete and head.chunked:
-            parts.append(b"0\r\n\r\n")
+            parts.append(LAST_CHUNK)
         if len(parts) == 1:
             transport.write(parts[0])
         else:
@@ -897,13 +903,13 @@ class _Exchange:
         transport = self.conn.transport  # type: ignore[union-attr]
         self.body_written += len(data)
         if self.req.head.chunked:  # type: ignore[union-attr]
-            transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
+            transport.writelines((chunk_size_line(len(data)), data, CRLF))
         else:
             transport.write(data)
 
     def _write_body_end(self) -> None:
         if self.req.head.chunked:  # type: ignore[union-attr]
-            self.conn.transport.write(b"0\r\n\r\n")  # type: ignore[union-attr]
+            self.conn.transport.write(LAST_CHUNK)  # type: ignore[union-attr]
 
     # -- upstream connection events ----------------------------------------------------------------------
     def upstream_data(self, data: bytes) -> None:
@@ -958,7 +964,7 @@ class _Exchange:
         if self.resp_headers_done and self.close_delimited:
             # The body was delimited by the close: this is its end.
             if self.chunked_out:
-                b._write(b"0\r\n\r\n")
+                b._write(LAST_CHUNK)
             self._finish(reuse=False, close_client=self.close_client)
             return
         self._upstream_failed()
@@ -1015,37 +1021,23 @@ class _Exchange:
             return
         self.status = status
         self.resp_keep_alive = parser.should_keep_alive()
-        headers = response_headers(self.resp_headers)
-        no_body = self.head_only or status == 204 or status == 304
-        chunked_in = False
-        has_length = False
-        for name, value in self.resp_headers:
-            n = len(name)
-            if n == 17 and name.lower() == b"transfer-encoding":
-                if value.strip(b" \t").lower() != b"chunked":
-                    raise _Stop  # a transfer coding we would have to pass on undeclared
-                chunked_in = True
-            elif n == 14 and name.lower() == b"content-length":
-                has_length = True
-        if chunked_in and has_length:
-            headers = [h for h in headers if h[0].lower() != b"content-length"]
-        extra: list[Header] = []
-        if not no_body and (chunked_in or not has_length):
-            self.close_delimited = not chunked_in
-            if req_head.version == "1.1":
-                self.chunked_out = True
-                extra.append((b"Transfer-Encoding", b"chunked"))
-        close = (
-            b._draining
-            or not req_head.keep_alive
-            or req_head.version != "1.1"
-            or req_head.websocket
-            or (self.close_delimited and not self.chunked_out)
+        framing = response_framing(  # HeadError (another transfer coding) -> parser error -> 502
+            status,
+            self.resp_headers,
+            head_only=self.head_only,
+            version=req_head.version,
+            keep_alive=req_head.keep_alive,
+            websocket=req_head.websocket,
+            draining=b._draining,
         )
-        if close:
+        self.chunked_out = framing.chunked_out
+        self.close_delimited = framing.close_delimited
+        if framing.close_client:
             self.close_client = True
-            extra.append((b"Connection", b"close"))
-        self._emit(response_head(status, self.resp_reason, headers, extra))
+        headers = response_headers(self.resp_headers)
+        if framing.drop_content_length:
+            headers = without_content_length(headers)
+        self._emit(response_head(status, self.resp_reason, headers, framing.extra))
         self.resp_head_sent = True
         if self.head_only:
             self.resp_complete = True
@@ -1053,16 +1045,8 @@ class _Exchange:
 
     def on_body(self, body: bytes) -> None:
         emit = self._emit
-        if self.chunked_out:
-            step = CHUNK - 16  # room for the chunk framing: a framed piece stays within CHUNK
-            for i in range(0, len(body), step):
-                piece = body[i : i + step]
-                emit(b"%x\r\n%b\r\n" % (len(piece), piece))
-        elif len(body) <= CHUNK:
-            emit(body)
-        else:
-            for i in range(0, len(body), CHUNK):
-                emit(body[i : i + CHUNK])
+        for piece in encode_chunks(body, CHUNK) if self.chunked_out else split(body, CHUNK):
+            emit(piece)
 
     def on_message_complete(self) -> None:
         if self.interim:
@@ -1072,7 +1056,7 @@ class _Exchange:
         if self.upgrading:
             return  # HttpParserUpgrade follows
         if self.chunked_out:
-            self._emit(b"0\r\n\r\n")
+            self._emit(LAST_CHUNK)
         self.resp_complete = True
 
     def _emit(self, data: bytes) -> None:
@@ -1088,27 +1072,16 @@ class _Exchange:
         if not out:
             return
         write = self.bridge._write
-        if len(out) == 1:
-            write(out[0])
-            return
-        group: list[bytes] = []
-        size = 0
-        for piece in out:
-            if size + len(piece) > CHUNK and group:
-                write(group[0] if len(group) == 1 else b"".join(group))
-                group, size = [], 0
-            group.append(piece)
-            size += len(piece)
-        write(group[0] if len(group) == 1 else b"".join(group))
+        for data in coalesce(out, CHUNK):
+            write(data)
 
     def _response_done(self) -> None:
-        req = self.req
-        reuse = (
-            self.resp_keep_alive
-            and not self.resp_extra
-            and not self.head_only
-            and not self.close_delimited
-            and req.complete
+        reuse = upstream_reusable(
+            backend_keep_alive=self.resp_keep_alive,
+            extra_bytes=self.resp_extra,
+            head_only=self.head_only,
+            close_delimited=self.close_delimited,
+            request_complete=self.req.complete,
         )
         self._finish(reuse=reuse, close_client=self.close_client)
 

@@ -1,0 +1,139 @@
+"""Response framing towards the client, the keep-alive decisions and chunk encoding, sans-IO.
+
+The bridge relays a backend's response with httptools, which hands over the body *decoded* (chunk framing
+removed). What goes back to the client is framed again here, by one rule (RFC 9112 §6.3):
+
+- no body (HEAD, 204, 304): the head only; a Content-Length is kept as information.
+- ``Transfer-Encoding: chunked`` from the backend: re-chunked (a Content-Length beside it is dropped; the
+  chunked framing wins, §6.3 item 3).
+- a Content-Length and no Transfer-Encoding: passed through, the body relayed as it comes.
+- neither: the body ends when the backend closes ("close-delimited"). An HTTP/1.1 client gets it chunked and
+  keeps its connection; an HTTP/1.0 client gets it close-delimited too.
+- any other transfer coding: refused (we would have to pass on a coding the client did not ask for) -> 502.
+
+The client connection closes after the response when the proxy drains, the client asked (``Connection:
+close``, HTTP/1.0 without keep-alive), the request was a WebSocket upgrade refused by the backend, or the body
+is close-delimited towards the client. ``tests/test_http_response.py`` pins each case byte for byte.
+"""
+
+from __future__ import annotations
+
+from .framing import Header, HeadError
+
+LAST_CHUNK = b"0\r\n\r\n"
+CRLF = b"\r\n"
+_CHUNKED: Header = (b"Transfer-Encoding", b"chunked")
+_CLOSE: Header = (b"Connection", b"close")
+# (chunked_out, close) -> the headers the proxy adds, prebuilt: the per-response path allocates none
+_EXTRA: dict[tuple[bool, bool], tuple[Header, ...]] = {
+    (False, False): (),
+    (False, True): (_CLOSE,),
+    (True, False): (_CHUNKED,),
+    (True, True): (_CHUNKED, _CLOSE),
+}
+
+
+class ResponseFraming:
+    """How one final (>= 200) response is framed towards the client."""
+
+    __slots__ = ("chunked_out", "close_client", "close_delimited", "drop_content_length", "extra")
+
+    def __init__(
+        self,
+        chunked_out: bool,
+        close_delimited: bool,
+        close_client: bool,
+        drop_content_length: bool,
+        extra: tuple[Header, ...],
+    ) -> None:
+        self.chunked_out = chunked_out  # the body goes to the client chunk-encoded by us
+        self.close_delimited = close_delimited  # the backend's body ends when it closes the connection
+        self.close_client = close_client  # the client connection closes after this response
+        self.drop_content_length = drop_content_length  # Content-Length beside chunked: not forwarded
+        self.extra = extra  # headers the proxy adds after the forwarded ones
+
+
+def response_framing(
+    status: int,
+    headers: list[Header],
+    *,
+    head_only: bool,
+    version: str,
+    keep_alive: bool,
+    websocket: bool,
+    draining: bool,
+) -> ResponseFraming:
+    """Frame a final response. ``headers`` are the backend's as received; ``version``, ``keep_alive`` and
+    ``websocket`` describe the client's request. Raises ``HeadError(502)`` for a transfer coding other than
+    chunked."""
+    chunked_in = False
+    has_length = False
+    for name, value in headers:
+        n = len(name)  # length first: the common headers never reach .lower()
+        if n == 17 and name.lower() == b"transfer-encoding":
+            if value.strip(b" \t").lower() != b"chunked":
+                raise HeadError(502, "a transfer coding other than chunked")
+            chunked_in = True
+        elif n == 14 and name.lower() == b"content-length":
+            has_length = True
+    chunked_out = close_delimited = False
+    if not (head_only or status == 204 or status == 304) and (chunked_in or not has_length):
+        close_delimited = not chunked_in
+        chunked_out = version == "1.1"
+    close = draining or not keep_alive or version != "1.1" or websocket or (close_delimited and not chunked_out)
+    return ResponseFraming(chunked_out, close_delimited, close, chunked_in and has_length, _EXTRA[chunked_out, close])
+
+
+def without_content_length(headers: list[Header]) -> list[Header]:
+    return [h for h in headers if h[0].lower() != b"content-length"]
+
+
+def upstream_reusable(
+    *, backend_keep_alive: bool, extra_bytes: bool, head_only: bool, close_delimited: bool, request_complete: bool
+) -> bool:
+    """Whether the backend connection may carry another request after this response: the backend keeps it
+    alive, sent nothing past the response, the response's end was known from its framing (after a HEAD the
+    parser cannot know, so a body the backend sent anyway could still be coming), and the whole request went
+    out (a response before the request's end leaves the request body unsent)."""
+    return backend_keep_alive and not extra_bytes and not head_only and not close_delimited and request_complete
+
+
+def chunk_size_line(size: int) -> bytes:
+    """``b"1a\\r\\n"``: what precedes ``size`` bytes of chunk data (the data is followed by CRLF)."""
+    return b"%x\r\n" % size
+
+
+def encode_chunks(data: bytes, limit: int) -> list[bytes]:
+    """``data`` as chunks, each framed chunk (size line, data, CRLF) at most ``limit`` bytes (one TLS record)."""
+    step = limit - 16  # room for the size line and the CRLF: a framed piece stays within limit
+    if not data:
+        return []  # an empty chunk would be the last-chunk marker
+    if len(data) <= step:
+        return [b"%x\r\n%b\r\n" % (len(data), data)]
+    return [b"%x\r\n%b\r\n" % (len(p), p) for p in (data[i : i + step] for i in range(0, len(data), step))]
+
+
+def split(data: bytes, limit: int) -> list[bytes]:
+    """``data`` in pieces of at most ``limit`` bytes."""
+    if len(data) <= limit:
+        return [data]
+    return [data[i : i + limit] for i in range(0, len(data), limit)]
+
+
+def coalesce(pieces: list[bytes], limit: int) -> list[bytes]:
+    """Join consecutive pieces into as few writes as possible, none over ``limit`` bytes (a piece already
+    larger than ``limit`` stays whole)."""
+    if len(pieces) == 1:
+        return pieces
+    out: list[bytes] = []
+    group: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        if size + len(piece) > limit and group:
+            out.append(group[0] if len(group) == 1 else b"".join(group))
+            group, size = [], 0
+        group.append(piece)
+        size += len(piece)
+    if group:
+        out.append(group[0] if len(group) == 1 else b"".join(group))
+    return out

@@ -1,0 +1,218 @@
+"""Response framing, sans-IO: a backend's raw response through httptools and sentin8.http.response, byte for
+byte what the client gets, for every framing case (RFC 9112 §6.3) and both client versions."""
+
+from __future__ import annotations
+
+import httptools
+import pytest
+
+from sentin8.http.framing import HeadError, response_head
+from sentin8.http.headers import response_headers
+from sentin8.http.response import (
+    LAST_CHUNK,
+    chunk_size_line,
+    coalesce,
+    encode_chunks,
+    response_framing,
+    split,
+    upstream_reusable,
+    without_content_length,
+)
+
+LIMIT = 16 * 1024
+
+
+class _Relay:
+    """What the bridge does with one response: parse, frame, re-encode the (decoded) body."""
+
+    def __init__(self, head_only: bool, version: str, keep_alive: bool, websocket: bool, draining: bool) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.req = {
+            "head_only": head_only,
+            "version": version,
+            "keep_alive": keep_alive,
+            "websocket": websocket,
+            "draining": draining,
+        }
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.reason = b""
+        self.out: list[bytes] = []
+        self.framing = None
+        self.complete = False
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        f = self.framing = response_framing(status, self.headers, **self.req)
+        headers = response_headers(self.headers)
+        if f.drop_content_length:
+            headers = without_content_length(headers)
+        self.out.append(response_head(status, self.reason, headers, f.extra))
+
+    def on_body(self, body: bytes) -> None:
+        assert self.framing is not None
+        self.out += encode_chunks(body, LIMIT) if self.framing.chunked_out else split(body, LIMIT)
+
+    def on_message_complete(self) -> None:
+        assert self.framing is not None
+        if self.framing.chunked_out:
+            self.out.append(LAST_CHUNK)
+        self.complete = True
+
+
+def relay(
+    raw: bytes,
+    *,
+    head_only: bool = False,
+    version: str = "1.1",
+    keep_alive: bool = True,
+    websocket: bool = False,
+    draining: bool = False,
+    backend_closes: bool = False,
+) -> tuple[bytes, _Relay]:
+    r = _Relay(head_only, version, keep_alive, websocket, draining)
+    try:
+        r.parser.feed_data(raw)
+        if backend_closes:
+            r.parser.feed_data(b"")  # httptools: EOF ends a close-delimited body
+    except httptools.HttpParserCallbackError as exc:
+        if isinstance(exc.__context__, HeadError):
+            raise exc.__context__ from None
+        raise
+    if backend_closes and r.framing is not None and r.framing.close_delimited and not r.complete:
+        r.on_message_complete()  # the bridge: the upstream close ends the body
+    return b"".join(r.out), r
+
+
+def test_content_length_passes_through_and_keeps_the_connection():
+    out, r = relay(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\n\r\nhello")
+    assert out == b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\n\r\nhello"
+    f = r.framing
+    assert not f.chunked_out and not f.close_delimited and not f.close_client
+
+
+def test_chunked_is_rechunked_and_its_extensions_and_trailers_dropped():
+    raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nT: x\r\n\r\n"
+    out, r = relay(raw)
+    assert out == b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+    assert r.framing.chunked_out and not r.framing.close_client
+
+
+def test_close_delimited_becomes_chunked_for_http11():
+    out, r = relay(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nstream", backend_closes=True)
+    assert out == b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nstream\r\n0\r\n\r\n"
+    f = r.framing
+    assert f.close_delimited and f.chunked_out and not f.close_client
+
+
+def test_close_delimited_stays_close_delimited_for_http10():
+    out, r = relay(b"HTTP/1.1 200 OK\r\n\r\nstream", version="1.0", keep_alive=False, backend_closes=True)
+    assert out == b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nstream"
+    assert r.framing.close_delimited and not r.framing.chunked_out and r.framing.close_client
+
+
+def test_chunked_to_an_http10_client_is_sent_decoded_and_closed():
+    raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    out, r = relay(raw, version="1.0", keep_alive=True)
+    assert out == b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nabc"
+    assert not r.framing.chunked_out and r.framing.close_client
+
+
+def test_content_length_beside_chunked_is_dropped():
+    # llhttp refuses CL with TE in a response too, unless lenient; the rule still lives here for other parsers.
+    f = response_framing(
+        200,
+        [(b"Content-Length", b"3"), (b"Transfer-Encoding", b"chunked")],
+        head_only=False,
+        version="1.1",
+        keep_alive=True,
+        websocket=False,
+        draining=False,
+    )
+    assert f.drop_content_length and f.chunked_out
+    assert without_content_length([(b"content-LENGTH", b"3"), (b"X", b"y")]) == [(b"X", b"y")]
+
+
+@pytest.mark.parametrize("status", [204, 304])
+def test_no_body_statuses_get_no_framing(status):
+    out, r = relay(b"HTTP/1.1 %d X\r\nETag: 1\r\n\r\n" % status)
+    assert out == b"HTTP/1.1 %d X\r\nETag: 1\r\n\r\n" % status
+    assert not r.framing.chunked_out and not r.framing.close_delimited
+
+
+def test_head_keeps_content_length_and_adds_nothing():
+    f = response_framing(
+        200, [(b"Content-Length", b"99")], head_only=True, version="1.1", keep_alive=True, websocket=False,
+        draining=False,
+    )  # fmt: skip
+    assert not f.chunked_out and not f.close_delimited and f.extra == ()
+    f = response_framing(200, [], head_only=True, version="1.1", keep_alive=True, websocket=False, draining=False)
+    assert not f.chunked_out and not f.close_delimited and not f.close_client
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        {"draining": True},
+        {"keep_alive": False},
+        {"websocket": True},  # a refused upgrade: the client's connection was meant to become a tunnel
+        {"version": "1.0"},
+    ],
+)
+def test_connection_close_is_added_when_the_client_connection_ends(req):
+    out, r = relay(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok", **req)
+    assert out == b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+    assert r.framing.close_client
+
+
+def test_chunked_and_close_are_both_added_in_order():
+    out, _ = relay(b"HTTP/1.1 200 OK\r\n\r\nxy", draining=True, backend_closes=True)
+    assert out == b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\nxy\r\n0\r\n\r\n"
+
+
+@pytest.mark.parametrize("coding", [b"gzip", b"gzip, chunked", b"identity"])
+def test_other_transfer_codings_are_refused(coding):
+    headers = [(b"Transfer-Encoding", coding)]
+    with pytest.raises(HeadError) as exc:
+        response_framing(200, headers, head_only=False, version="1.1", keep_alive=True, websocket=False, draining=False)
+    assert exc.value.status == 502
+
+
+def test_chunk_encoding_keeps_every_framed_piece_within_the_limit():
+    assert encode_chunks(b"", LIMIT) == []  # never a premature last-chunk
+    assert encode_chunks(b"abc", LIMIT) == [b"3\r\nabc\r\n"]
+    data = bytes(range(256)) * 200  # 51,200 bytes
+    pieces = encode_chunks(data, LIMIT)
+    assert all(len(p) <= LIMIT for p in pieces) and len(pieces) == 4
+    decoded = b""
+    for p in pieces:
+        size_line, _, rest = p.partition(b"\r\n")
+        assert rest.endswith(b"\r\n") and int(size_line, 16) == len(rest) - 2
+        decoded += rest[:-2]
+    assert decoded == data
+    assert chunk_size_line(4096) == b"1000\r\n"
+
+
+def test_split_and_coalesce():
+    assert split(b"abc", 4) == [b"abc"]
+    assert split(b"abcdefghij", 4) == [b"abcd", b"efgh", b"ij"]
+    assert coalesce([b"abc"], 4) == [b"abc"]
+    assert coalesce([b"ab", b"cd", b"e", b"fghij", b"k"], 4) == [b"abcd", b"e", b"fghij", b"k"]
+
+
+def test_upstream_reuse_needs_a_clean_known_end():
+    ok = {
+        "backend_keep_alive": True,
+        "extra_bytes": False,
+        "head_only": False,
+        "close_delimited": False,
+        "request_complete": True,
+    }
+    assert upstream_reusable(**ok)
+    for key in ok:
+        assert not upstream_reusable(**{**ok, key: not ok[key]}), key
