@@ -16,6 +16,9 @@ import ipaddress
 import os
 import socket
 
+from sentin8.backends import Backends
+from sentin8.routing import Instance
+
 
 @functools.lru_cache(maxsize=4096)
 def literal_family(host: str) -> int | None:
@@ -25,6 +28,19 @@ def literal_family(host: str) -> int | None:
     except ValueError:
         return None
     return socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+
+
+async def connect_first(
+    loop: asyncio.AbstractEventLoop, backends: Backends, order: list[Instance], timeout: float
+) -> socket.socket | None:
+    """The first instance of ``order`` that accepts a TCP connection; each one that does not is reported to
+    ``backends`` (suspect for every worker, counted). None when none answers."""
+    for inst in order:
+        try:
+            return await connect_tcp(loop, inst.host, inst.port, timeout)
+        except OSError:  # TimeoutError included
+            backends.failed(inst)
+    return None
 
 
 async def connect_tcp(loop: asyncio.AbstractEventLoop, host: str, port: int, timeout: float) -> socket.socket:

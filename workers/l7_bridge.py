@@ -104,7 +104,7 @@ class L7Context(Protocol):
 
     def resolve(self, host: str) -> Route | None: ...
     def candidates(self, service: str) -> list[Instance]: ...  # ordered, healthy first
-    def mark_suspect(self, instance_id: str) -> None: ...
+    def backend_failed(self, instance: Instance) -> None: ...  # unreachable: suspect for every worker, counted
     def count(self, name: str, n: int = 1) -> None: ...
     def observe_latency(self, service: str, status: int, seconds: float) -> None: ...
     def inflight(self, delta: int) -> None: ...
@@ -801,8 +801,7 @@ class _Exchange:
                 except asyncio.CancelledError:
                     raise
                 except Exception:
-                    ctx.mark_suspect(inst.id)
-                    ctx.count("upstream_connect_failed")
+                    ctx.backend_failed(inst)
                     self._cand_idx += 1
                     continue
                 if self.done:

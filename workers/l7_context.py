@@ -1,46 +1,50 @@
-"""What a worker gives every L7 bridge: routing, selection, suspects, counters, policy and upstream TLS."""
+"""What a worker gives every L7 bridge: routing and backends, counters, policy and upstream TLS."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from OpenSSL import SSL
 
 from sentin8 import tls
+from sentin8.backends import Backends
 from sentin8.config import Config, Upstream
 from sentin8.policy import EdgePolicy
 from sentin8.routing import Instance, Route
+from sentin8.shm.counters import WorkerCounters
 
 from .l7_bridge import RequestInfo
 from .tls_layer import TLSClientProtocol
 from .upstream import UpstreamPool
 
-if TYPE_CHECKING:
-    from .worker import Worker
-
 
 class WorkerL7Context:
-    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop, policy: EdgePolicy) -> None:
-        self.worker = worker
-        self.cfg: Config = worker.cfg
-        self.counters = worker.counters
+    """The ``L7Context`` of a worker: one per process, shared by all its bridges."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        loop: asyncio.AbstractEventLoop,
+        counters: WorkerCounters,
+        backends: Backends,
+        policy: EdgePolicy,
+    ) -> None:
+        self.cfg = cfg
+        self.counters = counters
+        self.backends = backends
         self.edge_policy = policy
-        self.pool = UpstreamPool.from_config(loop, self.cfg)
-        self._upstream_tls = UpstreamTLS(self.cfg.upstream, self.counters.inc)
+        self.pool = UpstreamPool.from_config(loop, cfg)
+        self._upstream_tls = UpstreamTLS(cfg.upstream, counters.inc)
 
     def resolve(self, host: str) -> Route | None:
-        table = self.worker.routes.current()
-        return table.resolve(host) if table is not None else None
+        return self.backends.resolve(host)
 
     def candidates(self, service: str) -> list[Instance]:
-        return self.worker.candidates(service)
+        return self.backends.candidates(service)
 
-    def mark_suspect(self, instance_id: str) -> None:
-        self.counters.inc("backend_connect_errors")
-        self.worker.selector.mark_suspect(instance_id, time.time())
+    def backend_failed(self, instance: Instance) -> None:
+        self.backends.failed(instance)
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters.inc(name, n)

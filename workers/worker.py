@@ -17,18 +17,19 @@ from typing import TypeVar
 import uvloop
 
 from sentin8 import lifecycle, routing
+from sentin8.backends import Backends
 from sentin8.certstore import CertStore
 from sentin8.config import Config
 from sentin8.holds import Hold, OpenConnections
 from sentin8.netclass import Classifier
 from sentin8.policy import EdgePolicy
-from sentin8.routing import Instance, RoutingTable
+from sentin8.routing import RoutingTable
 from sentin8.selection import Selector
 from sentin8.shm.snapshot import SnapshotCache
 from sentin8.shm.state import SharedState
 from sentin8.tls import SNIContexts
 
-from .connect import connect_tcp
+from .connect import connect_first
 from .l4_pipe import PipePool, SplicePipe
 from .l7_bridge import L7Bridge, PlainHTTPListener
 from .l7_context import WorkerL7Context
@@ -56,8 +57,11 @@ class Worker:
         self.status_fd = status_fd
         self.counters = shared.worker_counters(slot)
         self.counters.zero_gauges()
-        self.routes = SnapshotCache(shared.snapshot_reader(), _decode_paused_gc)
-        self.selector = Selector(shared.suspects(), cfg.sources.health_fresh_s, cfg.sources.suspect_ttl_s)
+        self.backends = Backends(
+            SnapshotCache(shared.snapshot_reader(), _decode_paused_gc),
+            Selector(shared.suspects(), cfg.sources.health_fresh_s, cfg.sources.suspect_ttl_s),
+            self.counters,
+        )
         self.classifier = Classifier(cfg.network.internal_cidrs)
         self.pipes = PipePool()
         self.policy = EdgePolicy(cfg.policy, shared.buckets())
@@ -80,7 +84,7 @@ class Worker:
     async def _main(self) -> int:
         self.loop = asyncio.get_running_loop()
         self.stopped = self.loop.create_future()
-        self.l7 = WorkerL7Context(self, self.loop, self.policy)
+        self.l7 = WorkerL7Context(self.cfg, self.loop, self.counters, self.backends, self.policy)
         self.certs.bootstrap()  # first boot generates it (once, under a file lock), not the first handshake
         https = bind_reuseport(
             self.cfg.listen.https, "listen.https", defer_accept_s=max(1, int(self.cfg.limits.peek_timeout_s))
@@ -240,7 +244,7 @@ class Worker:
         if sni is None:
             self.counters.inc("no_sni")
             return False
-        table = self.routes.current()
+        table = self.backends.table()
         route = table.resolve(sni) if table is not None else None
         if route is None:
             self.counters.inc("unknown_sni")  # fail closed: never a default mapping
@@ -260,29 +264,13 @@ class Worker:
 
     # ---- backends ------------------------------------------------------------------------------------
 
-    def candidates(self, service: str, table: RoutingTable | None = None) -> list[Instance]:
-        table = table or self.routes.current()
-        if table is None:
-            return []
-        order, all_suspect = self.selector.order(service, table.instances(service), time.time())
-        if all_suspect:
-            self.counters.inc("all_suspect_fallback")
-        return order
-
     async def connect_backend(self, service: str, table: RoutingTable) -> socket.socket | None:
         """Connect to the first candidate that answers; each failure marks a suspect for every worker."""
-        order = self.candidates(service, table)
+        order = self.backends.candidates(service, table)
         if not order:
             self.counters.inc("no_backend")
             return None
-        timeout = self.cfg.upstream.connect_timeout_s
-        for inst in order:
-            try:
-                return await connect_tcp(self.loop, inst.host, inst.port, timeout)
-            except (OSError, TimeoutError):
-                self.counters.inc("backend_connect_errors")
-                self.selector.mark_suspect(inst.id, time.time())
-        return None
+        return await connect_first(self.loop, self.backends, order, self.cfg.upstream.connect_timeout_s)
 
 
 class _TrackedTLS(TLSServerProtocol):

@@ -1,0 +1,70 @@
+"""A worker's view of its backends, for the L4 pipe and the L7 bridge alike. Sans-IO.
+
+Both paths do the same three things: resolve a name against the current routing snapshot, ask for the
+instances of a service in the order to try them, and report an instance that could not be reached. The
+rules live here once (and are counted once, under the same names for both paths); the connects themselves
+are I/O and stay in ``workers/`` (``workers.connect`` for L4, ``workers.upstream`` for L7).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from .routing import Instance, Route, RoutingTable
+from .selection import Selector
+
+
+class RoutesSource(Protocol):
+    def current(self) -> RoutingTable | None: ...  # None until the first snapshot
+
+
+class Counters(Protocol):
+    def inc(self, name: str, n: int = 1) -> None: ...
+
+
+class Backends:
+    """Routing lookups, candidate order and failure marks over one routing source and one selector.
+
+    Counters: ``all_suspect_fallback`` (every eligible instance is suspect: they are tried anyway, failing
+    over beats failing), ``backend_connect_errors`` (one per instance that could not be reached, TCP or TLS,
+    either path). A failure marks the instance suspect in shared memory, so every worker tries it last for
+    ``sources.suspect_ttl_s``.
+    """
+
+    def __init__(
+        self,
+        routes: RoutesSource,
+        selector: Selector,
+        counters: Counters,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._routes = routes
+        self._selector = selector
+        self._counters = counters
+        self._clock = clock
+
+    def table(self) -> RoutingTable | None:
+        """The current routing snapshot (decoded only when the resolver published a new one)."""
+        return self._routes.current()
+
+    def resolve(self, hostname: str) -> Route | None:
+        table = self._routes.current()
+        return table.resolve(hostname) if table is not None else None
+
+    def candidates(self, service: str, table: RoutingTable | None = None) -> list[Instance]:
+        """The instances of ``service`` to try, in order: round-robin over the eligible ones, suspects last.
+        ``table`` pins the snapshot a route was resolved in; by default the current one."""
+        table = table or self._routes.current()
+        if table is None:
+            return []
+        order, all_suspect = self._selector.order(service, table.instances(service), self._clock())
+        if all_suspect:
+            self._counters.inc("all_suspect_fallback")
+        return order
+
+    def failed(self, instance: Instance) -> None:
+        """``instance`` could not be reached (connect refused or timed out, TLS handshake failed)."""
+        self._counters.inc("backend_connect_errors")
+        self._selector.mark_suspect(instance.id, self._clock())
