@@ -44,19 +44,22 @@ class Selector:
         return pool
 
     def order(self, service: str, instances: list[Instance], now: float) -> tuple[list[Instance], bool]:
-        """(candidates in the order to try, whether every candidate is suspect)."""
+        """(candidates in the order to try, whether every candidate is suspect). The list may be shared
+        with later calls: read it, never mutate it."""
         pool = self._eligible_now(service, instances, now)
-        if not pool:
-            return [], False
-        start = self._next.get(service, 0) % len(pool)
+        n = len(pool)
+        now_us = int(now * 1e6)
+        suspect_until = self.marks.suspect_until
+        if n <= 1:  # the common shape (one instance per service): no rotation, no new list
+            return pool, n == 1 and suspect_until(pool[0].id) > now_us
+        start = self._next.get(service, 0) % n
         self._next[service] = start + 1
         rotated = pool[start:] + pool[:start]
-        now_us = int(now * 1e6)
-        healthy = [i for i in rotated if self.marks.suspect_until(i.id) <= now_us]
-        if len(healthy) == len(rotated):
+        suspect = [suspect_until(i.id) > now_us for i in rotated]
+        if not any(suspect):
             return rotated, False
-        suspects = [i for i in rotated if self.marks.suspect_until(i.id) > now_us]
-        return healthy + suspects, not healthy
+        healthy = [i for i, s in zip(rotated, suspect, strict=True) if not s]
+        return healthy + [i for i, s in zip(rotated, suspect, strict=True) if s], not healthy
 
     def mark_suspect(self, instance_id: str, now: float) -> None:
         self.marks.mark(instance_id, int(now * 1e6) + self.suspect_ttl_us)

@@ -92,3 +92,36 @@ def test_cached_eligibility_still_expires_a_stale_heartbeat_on_time():
     assert sel.order("svc", pool, 1040.0)[0] == []
     fresh = [inst("a", health_ts=1039.0)]  # a new snapshot (a new list) is judged afresh
     assert [i.id for i in sel.order("svc", fresh, 1040.0)[0]] == ["a"]
+
+
+def _full_scan(words: memoryview, slots: int, instance_id: str) -> int:
+    """The lookup without the early stop: every slot of the probe window."""
+    from sentin8.shm.suspects import PROBE, key_of
+
+    k = key_of(instance_id)
+    for p in range(PROBE):
+        slot = (k + p) & (slots - 1)
+        if words[2 * slot] == k:
+            return words[2 * slot + 1]
+    return 0
+
+
+def test_suspect_lookup_stopping_at_an_empty_slot_finds_every_mark():
+    """``suspect_until`` stops at the first empty slot of a probe window; that must never hide a mark that a
+    full scan of the window would find, whatever the marks, clears and evictions before."""
+    import random
+
+    rng = random.Random(11)
+    for slots in (8, 16, 64):
+        view = memoryview(bytearray(SuspectTable.region_bytes(slots)))
+        table = SuspectTable(view, slots)
+        words = view.cast("Q")
+        ids = [f"inst-{i}" for i in range(slots * 2)]
+        for step in range(2000):
+            iid = rng.choice(ids)
+            if rng.random() < 0.1:
+                table.clear(iid)
+            else:
+                table.mark(iid, rng.randrange(1, 10**6))
+            if step % 50 == 0:
+                assert all(table.suspect_until(i) == _full_scan(words, slots, i) for i in ids)

@@ -1044,6 +1044,9 @@ class _Exchange:
 
     def on_body(self, body: bytes) -> None:
         emit = self._emit
+        if not self.chunked_out and len(body) <= CHUNK:
+            emit(body)  # the common case, without a list
+            return
         for piece in encode_chunks(body, CHUNK) if self.chunked_out else split(body, CHUNK):
             emit(piece)
 

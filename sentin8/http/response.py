@@ -34,7 +34,7 @@ _EXTRA: dict[tuple[bool, bool], tuple[Header, ...]] = {
 
 
 class ResponseFraming:
-    """How one final (>= 200) response is framed towards the client."""
+    """How one final (>= 200) response is framed towards the client. Shared instances: read, never write."""
 
     __slots__ = ("chunked_out", "close_client", "close_delimited", "drop_content_length", "extra")
 
@@ -81,7 +81,17 @@ def response_framing(
         close_delimited = not chunked_in
         chunked_out = version == "1.1"
     close = draining or not keep_alive or version != "1.1" or websocket or (close_delimited and not chunked_out)
-    return ResponseFraming(chunked_out, close_delimited, close, chunked_in and has_length, _EXTRA[chunked_out, close])
+    return _FRAMINGS[chunked_out, close_delimited, close, chunked_in and has_length]
+
+
+# Every outcome prebuilt (16 of them, immutable by convention): framing a response allocates nothing.
+_FRAMINGS = {
+    (chunked, delimited, close, drop): ResponseFraming(chunked, delimited, close, drop, _EXTRA[chunked, close])
+    for chunked in (False, True)
+    for delimited in (False, True)
+    for close in (False, True)
+    for drop in (False, True)
+}
 
 
 def without_content_length(headers: list[Header]) -> list[Header]:

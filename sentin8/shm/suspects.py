@@ -65,6 +65,11 @@ class SuspectTable:
         k = self._key(instance_id)
         for p in range(PROBE):
             slot = (k + p) & self._mask
-            if w[2 * slot] == k:
+            key = w[2 * slot]
+            if key == k:
                 return w[2 * slot + 1]
+            if key == 0:
+                # Keys are never removed and ``mark`` fills the first empty slot of a window before any
+                # later one (an empty slot's deadline, 0, is the window's minimum): nothing lies beyond it.
+                return 0
         return 0
