@@ -641,7 +641,6 @@ class _Exchange:
         "_cand_idx",
         "_candidates",
         "_out",
-        "_resp_timer",
         "_task",
         "body_written",
         "bridge",
@@ -694,7 +693,6 @@ class _Exchange:
         self.close_client = False
         self.resp_parser: httptools.HttpResponseParser | None = None
         self._out: list[bytes] | None = None  # response bytes batched during one upstream read
-        self._resp_timer: asyncio.TimerHandle | None = None
         self._reset_response()
 
     def _reset_response(self) -> None:
@@ -881,18 +879,12 @@ class _Exchange:
             self._await_response()
 
     def _await_response(self) -> None:
-        """The request is all sent: the backend has ``upstream.response_timeout_s`` to start answering."""
-        if self._resp_timer is None and not self.resp_started:
-            timeout = self.bridge.ctx.cfg.upstream.response_timeout_s
-            self._resp_timer = self.bridge.loop.call_later(timeout, self._response_timeout)
+        """The request is all sent: the backend has ``upstream.response_timeout_s`` to start answering (the
+        connection keeps the deadline; its first byte or its release ends it)."""
+        if not self.resp_started and self.conn is not None:
+            self.conn.expect_response()
 
-    def _stop_response_timer(self) -> None:
-        timer, self._resp_timer = self._resp_timer, None
-        if timer is not None:
-            timer.cancel()
-
-    def _response_timeout(self) -> None:
-        self._resp_timer = None
+    def upstream_timeout(self) -> None:
         if self.done or self.resp_started:
             return
         self.bridge.ctx.count("upstream_timeout")
@@ -914,8 +906,6 @@ class _Exchange:
     def upstream_data(self, data: bytes) -> None:
         if self.done:
             return
-        if self._resp_timer is not None:
-            self._stop_response_timer()
         self.resp_started = True
         if self.tunnel:
             self.bridge._write_split(data)
@@ -1140,7 +1130,6 @@ class _Exchange:
         self.done = True
         self.bridge.ctx.count("client_aborted")
         self._cancel_connect()
-        self._stop_response_timer()
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.close()
@@ -1157,7 +1146,6 @@ class _Exchange:
         self.done = True
         b = self.bridge
         self._cancel_connect()
-        self._stop_response_timer()
         conn, self.conn = self.conn, None
         if conn is not None:
             if reuse and not conn.closed:

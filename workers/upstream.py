@@ -25,6 +25,9 @@ from sentin8.routing import Instance
 
 WRITE_HIGH_WATER = 64 * 1024
 
+# What a connection's one deadline currently means.
+_D_NONE, _D_IDLE, _D_RESPONSE = 0, 1, 2
+
 
 class UpstreamOwner(Protocol):
     """What an exchange implements to receive its upstream connection's events."""
@@ -33,10 +36,33 @@ class UpstreamOwner(Protocol):
     def upstream_lost(self, conn: UpstreamConn, exc: Exception | None) -> None: ...
     def upstream_pause_writing(self) -> None: ...
     def upstream_resume_writing(self) -> None: ...
+    def upstream_timeout(self) -> None: ...  # the request was sent and no response byte came in time
 
 
 class UpstreamConn(asyncio.Protocol):
-    __slots__ = ("_idle_timer", "closed", "instance_id", "owner", "pool", "read_paused", "ready", "transport", "uses")
+    """One backend connection. It has one deadline at a time: idle in the pool (``idle_timeout_s``, then
+    closed) or awaiting a response (``response_timeout_s``, then the owner's ``upstream_timeout``).
+
+    The deadline moves on every request, so it is kept the way the client bridge keeps its own: a single
+    loop timer handle stays armed, a new deadline only records itself, and the handle, when it fires before
+    the deadline, re-arms for the rest. The handle is armed at most ``pool.min_deadline_s`` ahead, so every
+    later deadline falls at or after it and a request never cancels or creates a timer.
+    """
+
+    __slots__ = (
+        "_deadline",
+        "_deadline_kind",
+        "_timer",
+        "_timer_when",
+        "closed",
+        "instance_id",
+        "owner",
+        "pool",
+        "read_paused",
+        "ready",
+        "transport",
+        "uses",
+    )
 
     def __init__(self, pool: UpstreamPool, instance_id: str) -> None:
         self.pool = pool
@@ -47,7 +73,10 @@ class UpstreamConn(asyncio.Protocol):
         self.closed = False
         self.read_paused = False
         self.ready: asyncio.Future[None] = pool.loop.create_future()
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self._deadline_kind = _D_NONE
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_when = 0.0
 
     # -- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -60,6 +89,7 @@ class UpstreamConn(asyncio.Protocol):
             self.ready.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        self._deadline_kind = _D_NONE  # a response has started (or an idle connection is about to close)
         owner = self.owner
         if owner is not None:
             owner.upstream_data(data)
@@ -72,6 +102,7 @@ class UpstreamConn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._stop_timer()
         if not self.ready.done():
             self.ready.set_exception(exc or ConnectionResetError("upstream closed during connect"))
             self.ready.exception()  # retrieved: an abandoned connect must not log "never retrieved"
@@ -101,9 +132,59 @@ class UpstreamConn(asyncio.Protocol):
             if not self.closed and self.transport is not None:
                 self.transport.resume_reading()
 
+    def expect_response(self) -> None:
+        """The request is all sent: the backend has ``response_timeout_s`` to start answering."""
+        self._set_deadline(_D_RESPONSE, self.pool.response_timeout_s)
+
+    def idle(self) -> None:
+        """Parked in the pool: closed after ``idle_timeout_s`` unless taken again."""
+        self._set_deadline(_D_IDLE, self.pool.idle_timeout_s)
+
+    def in_use(self) -> None:
+        """Taken from the pool: no deadline until the next request is sent."""
+        self._deadline_kind = _D_NONE
+
+    def _set_deadline(self, kind: int, delay: float) -> None:
+        loop = self.pool.loop
+        now = loop.time()
+        self._deadline_kind = kind
+        self._deadline = now + delay
+        timer = self._timer
+        if timer is not None:
+            if self._timer_when <= self._deadline:
+                return  # fires first; _on_deadline re-arms for what remains
+            timer.cancel()
+        self._arm(now)
+
+    def _arm(self, now: float) -> None:
+        self._timer_when = min(self._deadline, now + self.pool.min_deadline_s)
+        self._timer = self.pool.loop.call_at(self._timer_when, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        self._timer = None
+        kind = self._deadline_kind
+        if kind == _D_NONE or self.closed:
+            return
+        now = self.pool.loop.time()
+        if self._deadline > now:  # moved on since the handle was armed
+            self._arm(now)
+            return
+        self._deadline_kind = _D_NONE
+        if kind == _D_IDLE:
+            self.close()
+        elif self.owner is not None:
+            self.owner.upstream_timeout()
+
+    def _stop_timer(self) -> None:
+        self._deadline_kind = _D_NONE
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()  # a closed connection: no handle may keep it alive
+
     def close(self) -> None:
         """Close, dropping unsent bytes: a connection we give up on carries nothing more worth sending."""
         self.owner = None
+        self._stop_timer()
         if not self.closed:
             self.closed = True
             if self.transport is not None:
@@ -121,11 +202,14 @@ class UpstreamPool:
         max_idle_per_instance: int = 32,
         connect_timeout_s: float = 3.0,
         idle_timeout_s: float = 15.0,
+        response_timeout_s: float = 60.0,
     ) -> None:
         self.loop = loop
         self.max_idle = max_idle_per_instance
         self.connect_timeout_s = connect_timeout_s
         self.idle_timeout_s = idle_timeout_s
+        self.response_timeout_s = response_timeout_s
+        self.min_deadline_s = min(idle_timeout_s, response_timeout_s)
         self._idle: dict[str, list[UpstreamConn]] = {}
         self._closed = False
 
@@ -135,6 +219,7 @@ class UpstreamPool:
             loop,
             max_idle_per_instance=cfg.upstream.pool_max_idle_per_instance,
             connect_timeout_s=cfg.upstream.connect_timeout_s,
+            response_timeout_s=cfg.upstream.response_timeout_s,
         )
 
     def acquire(self, instance_id: str) -> UpstreamConn | None:
@@ -142,9 +227,7 @@ class UpstreamPool:
         stack = self._idle.get(instance_id)
         while stack:
             conn = stack.pop()
-            if conn._idle_timer is not None:
-                conn._idle_timer.cancel()
-                conn._idle_timer = None
+            conn.in_use()
             transport = conn.transport
             if conn.closed or transport is None or transport.is_closing():
                 continue
@@ -162,15 +245,12 @@ class UpstreamPool:
             return
         stack = self._idle.setdefault(conn.instance_id, [])
         stack.append(conn)
-        conn._idle_timer = self.loop.call_later(self.idle_timeout_s, conn.close)
+        conn.idle()
         if len(stack) > self.max_idle:
             oldest = stack.pop(0)
             oldest.close()
 
     def _forget(self, conn: UpstreamConn) -> None:
-        if conn._idle_timer is not None:
-            conn._idle_timer.cancel()
-            conn._idle_timer = None
         stack = self._idle.get(conn.instance_id)
         if stack and conn in stack:
             stack.remove(conn)

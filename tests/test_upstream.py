@@ -1,0 +1,148 @@
+"""workers.upstream deadlines over real loopback sockets: an idle pooled connection closes after
+idle_timeout_s, a request with no answer times out after response_timeout_s, and neither fires while the
+connection keeps being used (the one timer handle is re-armed, never leaked)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+import pytest
+import uvloop
+
+from sentin8.routing import Instance
+from workers.upstream import UpstreamConn, UpstreamPool
+
+
+class Owner:
+    """The exchange side of a connection: records what the connection tells it."""
+
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+        self.timeouts = 0
+        self.lost = 0
+
+    def upstream_data(self, data: bytes) -> None:
+        self.data.append(data)
+
+    def upstream_lost(self, conn: UpstreamConn, exc: Exception | None) -> None:
+        self.lost += 1
+
+    def upstream_pause_writing(self) -> None:
+        pass
+
+    def upstream_resume_writing(self) -> None:
+        pass
+
+    def upstream_timeout(self) -> None:
+        self.timeouts += 1
+
+
+@pytest.fixture
+def silent_backend():
+    """Accepts and reads, answers only b"ping" lines (with b"pong"), never closes first."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    conns: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            conns.append(c)
+            threading.Thread(target=echo, args=(c,), daemon=True).start()
+
+    def echo(c: socket.socket) -> None:
+        try:
+            while data := c.recv(4096):
+                if b"ping" in data:
+                    c.sendall(b"pong")
+        except OSError:
+            pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield srv.getsockname()[1]
+    srv.close()
+    for c in conns:
+        c.close()
+
+
+def run(coro):
+    loop = uvloop.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+async def _wait(pred, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not pred():
+        assert loop.time() < end, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def test_idle_connection_closes_at_idle_timeout_unless_reused(silent_backend):
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        pool = UpstreamPool(loop, idle_timeout_s=0.3, response_timeout_s=5.0)
+        inst = Instance("b-1", "b", "127.0.0.1", silent_backend)
+        conn = await pool.connect(inst)
+        t0 = loop.time()
+        for _ in range(20):  # reused every 50 ms for a second: never idle for 0.3 s
+            pool.release(conn)
+            await asyncio.sleep(0.05)
+            again = pool.acquire("b-1")
+            assert again is conn and not conn.closed
+        pool.release(conn)
+        await _wait(lambda: conn.closed)
+        assert loop.time() - t0 >= 1.0 + 0.3 - 0.05
+        assert pool.idle_count() == 0
+
+    run(main())
+
+
+def test_response_deadline_fires_once_and_only_without_an_answer(silent_backend):
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        pool = UpstreamPool(loop, idle_timeout_s=10.0, response_timeout_s=0.3)
+        inst = Instance("b-1", "b", "127.0.0.1", silent_backend)
+        conn = await pool.connect(inst)
+        owner = Owner()
+        conn.owner = owner
+        for _ in range(10):  # answered requests: the deadline ends with the first byte
+            conn.transport.write(b"ping")
+            conn.expect_response()
+            n = len(owner.data)
+            await _wait(lambda n=n: len(owner.data) > n)
+        await asyncio.sleep(0.5)
+        assert owner.timeouts == 0
+        t0 = loop.time()
+        conn.transport.write(b"no answer")
+        conn.expect_response()
+        await _wait(lambda: owner.timeouts == 1)
+        assert loop.time() - t0 >= 0.3 - 0.02
+        await asyncio.sleep(0.4)
+        assert owner.timeouts == 1  # once
+        conn.close()
+        assert conn.closed
+
+    run(main())
+
+
+def test_a_closed_connection_fires_nothing(silent_backend):
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        pool = UpstreamPool(loop, idle_timeout_s=0.1, response_timeout_s=0.1)
+        conn = await pool.connect(Instance("b-1", "b", "127.0.0.1", silent_backend))
+        owner = Owner()
+        conn.owner = owner
+        conn.expect_response()
+        conn.close()
+        await asyncio.sleep(0.3)
+        assert owner.timeouts == 0
+
+    run(main())
