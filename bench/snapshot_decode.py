@@ -1,4 +1,4 @@
-"""What one routing change costs: build + encode in the resolver, decode in every worker (DESIGN §4).
+"""What one routing change costs: build + encode in the resolver, decode in every worker (ARCHITECTURE.md §4).
 
 A table of 10,000 hostnames and 10,000 instances (defaults) is rebuilt for each change (one instance's
 health_ts moves, as after a registry reload), encoded, and decoded with ``routing.decode`` while the

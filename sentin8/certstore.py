@@ -1,6 +1,6 @@
 """The certificate store: which ML-DSA-65 certificate answers a TLS server name.
 
-Layout (certbot style, DESIGN §5)::
+Layout (certbot style, ARCHITECTURE.md §5)::
 
     <cert_dir>/<hostname>/fullchain.pem + privkey.pem       exact name
     <cert_dir>/_wildcard.<domain>/fullchain.pem + ...        *.<domain> (one label, as in X.509)

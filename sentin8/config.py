@@ -1,7 +1,7 @@
 """Operator configuration: TOML decoded by msgspec into typed structs, then checked.
 
 Every error names the key (``listen.https``) and the reason, so an operator can fix a file from one line.
-The key names are public (DESIGN §9): add keys freely, rename none.
+The key names are public (ARCHITECTURE.md §7): add keys freely, rename none.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ def eligible(instances: list[Instance], now: float, health_fresh_s: float) -> li
 
 class Selector:
     """Round-robin over eligible instances; suspects go last, so when every instance is suspect the order
-    is plain round-robin (DESIGN §3.5: failing over beats failing)."""
+    is plain round-robin (ARCHITECTURE.md §3 step 5: failing over beats failing)."""
 
     def __init__(self, marks: SuspectMarks, health_fresh_s: float, suspect_ttl_s: float) -> None:
         self.marks = marks

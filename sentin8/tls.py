@@ -1,4 +1,4 @@
-"""TLS contexts: the one module that configures pyOpenSSL (DESIGN §5).
+"""TLS contexts: the one module that configures pyOpenSSL (ARCHITECTURE.md §5).
 
 The stdlib ``ssl`` module links the system OpenSSL 3.0, which has neither ML-KEM nor ML-DSA, so every context
 here is a pyOpenSSL ``SSL.Context`` on the OpenSSL 4 that the ``cryptography`` wheel bundles. The external

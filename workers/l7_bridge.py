@@ -1,4 +1,4 @@
-"""The L7 bridge: one asyncio Protocol per external client connection (DESIGN §3 step 6).
+"""The L7 bridge: one asyncio Protocol per external client connection (ARCHITECTURE.md §3 step 6).
 
 It works over any transport: plain TCP in tests, the TLS layer's plaintext transport in production (which
 adds ``get_extra_info("sni")`` and ``("peercert")``). httptools callbacks drive everything; there are no

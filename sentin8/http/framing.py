@@ -28,7 +28,7 @@ class HeadError(Exception):
 
 
 class HeaderBudget:
-    """Header caps, counted line by line as the parser reports them (Host included, DESIGN §6).
+    """Header caps, counted line by line as the parser reports them (Host included, ARCHITECTURE.md §6).
 
     ``size`` counts each line as ``name: value CRLF``; the request line is capped separately (414).
     """

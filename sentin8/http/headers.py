@@ -1,6 +1,6 @@
 """Header hygiene for forwarded requests and responses. Sans-IO: header lists in, header lists out.
 
-The edge is the first hop (DESIGN §6 "Headers"): no client-supplied ``X-Sentin8-*`` header survives, on any
+The edge is the first hop (ARCHITECTURE.md §6, "Headers"): no client-supplied ``X-Sentin8-*`` header survives, on any
 path, in any case, count or position (nor its ``X_Sentin8_*`` spelling, which CGI-style backends conflate
 with it); the authoritative tenant context and ``X-Forwarded-*`` are injected
 here. Hop-by-hop headers (RFC 9110 §7.6.1) never cross the proxy; the bridge re-creates the framing headers

@@ -1,6 +1,6 @@
 """The live source runner: Valkey registry and/or PostgreSQL domains (either may be the file instead).
 
-Lifecycle (DESIGN §6):
+Lifecycle (ARCHITECTURE.md §6):
 
 - **Boot**: the first load of each live source is retried ``boot_retries`` x ``boot_retry_interval_s``; then
   whatever is known is published (possibly empty, marked stale) so the fleet can start, and the failing
