@@ -51,7 +51,9 @@ def test_a_name_is_resolved_without_blocking_the_loop(listener):
 
         beat = asyncio.ensure_future(heartbeat())
         connecting = asyncio.ensure_future(connect_tcp(loop, "localhost", port, 5.0))
-        while not loop.lookups:  # the lookup has started...
+        end = loop.time() + 5.0
+        while not loop.lookups:  # the lookup has started (through the loop, not a blocking call)...
+            assert loop.time() < end and not connecting.done(), "the name was not resolved through the loop"
             await asyncio.sleep(0.001)
         seen = ticks
         while ticks < seen + 20:  # ...and the loop keeps running other work while it is pending
