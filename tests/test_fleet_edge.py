@@ -6,9 +6,11 @@ External clients live in a network namespace with a non-private address (tests/n
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import ssl
+import subprocess
 import time
 from pathlib import Path
 
@@ -60,22 +62,42 @@ def read_until_closed(sock: socket.socket, timeout: float = 5.0) -> tuple[bytes,
     return out, end, time.monotonic() - start
 
 
+def serving_pid(fleet, client_port: int) -> int:
+    """The fleet process holding the server side of the connection from ``client_port`` (from ``ss``)."""
+    out = subprocess.run(
+        ["ss", "-Htnp", "state", "established", f"( sport = :{fleet.port} and dport = :{client_port} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    pids = {int(p) for p in re.findall(r"pid=(\d+)", out)}
+    assert len(pids) == 1, out
+    return pids.pop()
+
+
 def test_100_reconnects_resume_across_both_workers(external_host, fleet_factory, web):  # noqa: F811
     """SO_REUSEPORT spreads the reconnects over both workers by 4-tuple (each reconnect has a new source
-    port): with per-worker ticket keys about half would miss; with the fleet's keys all must resume."""
+    port), so about half of them present a ticket the other worker issued: those must resume too."""
     fleet = fleet_factory(web_body(web.port), workers=2, host="0.0.0.0")
+    workers = set(fleet.workers())
     session = context = None
-    resumed = 0
+    resumed = crossed = 0
+    issuer = None
     for n in range(101):  # one full handshake, then 100 reconnects with the latest ticket
         client = PQClient(external_host.connect(fleet.port), "shop.apps.test", session=session, context=context)
         client.handshake()
         resp = client.request(b"GET / HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n")  # the tickets come first
         assert resp.startswith(b"HTTP/1.1 200")
+        server = serving_pid(fleet, client.sock.getsockname()[1])
+        assert server in workers
         if n:
             resumed += client.resumed
+            crossed += client.resumed and server != issuer  # a ticket sealed by the other worker
+        issuer = server
         session, context = client.session, client.context
         client.close()
     assert resumed >= 99, f"{resumed} of 100 reconnects resumed"
+    assert crossed >= 10, f"only {crossed} resumptions crossed workers: the test proves nothing"
     assert fleet.stats()["tls_resumed"] >= 99
 
 
