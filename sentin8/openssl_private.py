@@ -16,6 +16,7 @@ or relinked wheel, another layout) makes ``resolve`` return None and callers fal
 from __future__ import annotations
 
 import ctypes
+import mmap
 import struct
 from functools import cache
 
@@ -51,8 +52,12 @@ def _module_of(address: int) -> tuple[str, int] | None:
 
 def elf_symbols(path: str, names: set[str]) -> dict[str, int]:
     """``st_value`` of each of ``names`` found in the ELF64 little-endian file's ``.symtab`` (functions)."""
-    with open(path, "rb") as f:
-        data = f.read()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return _elf_symbols(data, names)
+
+
+def _elf_symbols(data: mmap.mmap, names: set[str]) -> dict[str, int]:
+    # Only the section headers, the symbol table and its strings are read from the 14 MB module.
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         return {}
     (shoff,) = struct.unpack_from("<Q", data, 0x28)
