@@ -170,3 +170,14 @@ def test_select_protocol_prefers_the_servers_order() -> None:
     assert tls.select_protocol([b"http/1.1"]) == b"http/1.1"
     assert tls.select_protocol([b"h2", b"spdy/3"]) is None
     assert tls.select_protocol([]) is None
+
+
+def test_private_symbols_are_proven_before_use(tmp_path: Path) -> None:
+    from sentin8 import openssl_private
+
+    found = openssl_private.resolve(("SSL_CTX_set_tlsext_ticket_key_evp_cb", "EVP_aes_256_cbc"))
+    assert found is not None and all(found.values())
+    assert openssl_private.resolve(("no_such_function_anywhere",)) is None  # unknown: no guess
+    not_elf = tmp_path / "x.so"
+    not_elf.write_bytes(b"\0" * 64)
+    assert openssl_private.elf_symbols(str(not_elf), {"SSL_CTX_new"}) == {}
