@@ -83,6 +83,7 @@ class TicketSealer:
         self._fns = fns
         self._callback = _TicketCallback(self._on_ticket)
         self._digest = b"SHA256"  # 6 bytes, as the OSSL_PARAM below says
+        self._params: dict[TicketKey, ctypes.Array[_OsslParam]] = {}
         # Counters (plain attributes).
         self.sealed = 0
         self.opened_current = 0
@@ -96,6 +97,15 @@ class TicketSealer:
             raise RuntimeError("SSL_CTX_set_tlsext_ticket_key_evp_cb failed")
 
     def _mac_params(self, key: TicketKey) -> ctypes.Array[_OsslParam]:
+        """The HMAC key and digest as OSSL_PARAMs, built once per key (two keys live at a time)."""
+        params = self._params.get(key)
+        if params is None:
+            if len(self._params) >= 4:
+                self._params.clear()
+            params = self._params[key] = self._build_mac_params(key)
+        return params
+
+    def _build_mac_params(self, key: TicketKey) -> ctypes.Array[_OsslParam]:
         hmac_key = ctypes.create_string_buffer(key.hmac_key, len(key.hmac_key))
         digest = ctypes.create_string_buffer(self._digest)
         unmodified = _OSSL_PARAM_UNMODIFIED
