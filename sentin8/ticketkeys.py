@@ -109,12 +109,17 @@ class TicketKeyRing:
 
     # -- the shared slots --------------------------------------------------------------------------
 
-    def _read(self) -> dict[int, bytes]:
+    def _read(self, attempts: int = 100) -> dict[int, bytes]:
         slots: dict[int, bytes] = {}
         for i in range(2):
-            stored, secret, digest = _SLOT.unpack_from(bytes(self._view[i * _SLOT.size : (i + 1) * _SLOT.size]))
-            if stored and hmac.compare_digest(digest, _digest(stored, secret)):
-                slots[stored - 1] = secret
+            for _ in range(attempts):  # a slot caught mid-write is read again: the writer is a memcpy away
+                raw = bytes(self._view[i * _SLOT.size : (i + 1) * _SLOT.size])
+                stored, secret, digest = _SLOT.unpack(raw)
+                if not stored:
+                    break
+                if hmac.compare_digest(digest, _digest(stored, secret)):
+                    slots[stored - 1] = secret
+                    break
         return slots
 
     def _write(self, epoch: int, secret: bytes) -> None:
