@@ -8,6 +8,7 @@ Time is injected into the ring, so a rotation is a clock move, not an hour's wai
 from __future__ import annotations
 
 import mmap
+import multiprocessing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from OpenSSL import SSL
 from sentin8 import session_tickets, tls
 from sentin8.certstore import CertStore
 from sentin8.session_tickets import TicketSealer
-from sentin8.ticketkeys import TicketKeyRing
+from sentin8.ticketkeys import _SLOT, TicketKey, TicketKeyRing, _ratchet
 from tests.pqclient import PQClient
 from tests.test_tls import ServerThread, put_cert
 
@@ -181,3 +182,45 @@ def test_private_symbols_are_proven_before_use(tmp_path: Path) -> None:
     not_elf = tmp_path / "x.so"
     not_elf.write_bytes(b"\0" * 64)
     assert openssl_private.elf_symbols(str(not_elf), {"SSL_CTX_new"}) == {}
+
+
+def _race_through_epochs(view: memoryview, start: int, count: int, out: multiprocessing.Queue) -> None:
+    clock = WallClock(0.0)
+    seen = []
+    for e in range(start, start + count):
+        clock.now = e * ROTATION
+        current, previous = TicketKeyRing(view, ROTATION, clock).keys()  # a fresh process view each time
+        seen.append(
+            (current.epoch, current.name, previous.epoch if previous else None, previous.name if previous else b"")
+        )
+    out.put(seen)
+
+
+def test_processes_ratcheting_at_once_never_see_a_wrong_key() -> None:
+    """Three processes race through 1,500 rotations on the same two slots: every key any of them ever gets
+    must be the one the sequential ratchet gives for its epoch (a torn slot must never become a key)."""
+    view = shared_region()
+    start = 10_000
+    TicketKeyRing(view, ROTATION, WallClock(start * ROTATION)).seed()
+    stored, secret = _SLOT.unpack_from(bytes(view[(start % 2) * _SLOT.size :]))[:2]
+    assert stored == start + 1
+    reference = {}
+    for e in range(start, start + 1_501):
+        reference[e] = TicketKey.derive(e, secret).name
+        secret = _ratchet(secret)
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_race_through_epochs, args=(view, start, 1_500, out)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(30)
+    checked = 0
+    for seen in results:
+        for cur_epoch, cur_name, prev_epoch, prev_name in seen:
+            assert reference[cur_epoch] == cur_name
+            if prev_epoch is not None:
+                assert reference[prev_epoch] == prev_name
+            checked += 1
+    assert checked == 4_500
