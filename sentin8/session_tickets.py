@@ -95,6 +95,9 @@ class TicketSealer:
         """Seal this context's tickets with the ring's keys (the front context is the one OpenSSL uses)."""
         if self._fns.set_cb(openssl_private.pointer_of(ctx._context), self._callback) != 1:
             raise RuntimeError("SSL_CTX_set_tlsext_ticket_key_evp_cb failed")
+        # A ticket opens for one to two rotation periods (its epoch and the next): promise the client the
+        # one it can count on (the ticket's lifetime hint; OpenSSL's default is a fixed 7200 s).
+        ctx.set_timeout(max(1, int(self.ring.rotation_s)))
 
     def _mac_params(self, key: TicketKey) -> ctypes.Array[_OsslParam]:
         """The HMAC key and digest as OSSL_PARAMs, built once per key (two keys live at a time)."""

@@ -224,3 +224,11 @@ def test_processes_ratcheting_at_once_never_see_a_wrong_key() -> None:
                 assert reference[prev_epoch] == prev_name
             checked += 1
     assert checked == 4_500
+
+
+@pytest.mark.skipif(not session_tickets.available(), reason="bundled OpenSSL hook unreachable")
+def test_ticket_lifetime_hint_is_the_rotation_period(store: CertStore) -> None:
+    ring = TicketKeyRing(shared_region(), 1800.0)
+    ring.seed()
+    sni = tls.SNIContexts(store, tickets=TicketSealer(ring))
+    assert sni.front.get_timeout() == 1800
