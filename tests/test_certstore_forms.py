@@ -174,3 +174,15 @@ def test_expiry_lists_store_and_bootstrap_and_warns_under_seven_days(
     other = CertStore(store.cert_dir, store.state_dir)
     assert {c.source for c in other.expiry()} == {"store", "bootstrap"}
     assert other.bootstrap_generated == 0
+
+
+def test_tls_health_field_reads_what_workers_report(tmp_path: Path) -> None:
+    from sentin8.config import load_bytes
+    from sentin8.shm.state import SharedState
+
+    shared = SharedState(load_bytes(b""), worker_slots=2)
+    assert shared.tls_health() == {"certificates_rejected": 0, "rejected": {}, "ticket_key_rotation_s": 3600}
+    shared.cert_report_writer(1).rejected("a.example.test", "expired at 2020-01-01T00:00:00+00:00", at=5.0)
+    health = shared.tls_health()
+    assert health["certificates_rejected"] == 1
+    assert health["rejected"] == {"a.example.test": {"reason": "expired at 2020-01-01T00:00:00+00:00", "at": 5.0}}

@@ -57,3 +57,13 @@ class SharedState:
     def rejected_certificates(self) -> dict[str, dict[str, object]]:
         """Store certificates present but rejected, per store directory name, with the reason: for /health."""
         return certreport.read_rejected(self.region.view("certreport"), self.worker_slots)
+
+    def tls_health(self) -> dict[str, object]:
+        """The ``tls`` field of ``GET /health`` (no secrets): store certificates present but rejected, with
+        the reason each worker found, and the session-ticket rotation period the fleet runs with."""
+        rejected = self.rejected_certificates()
+        return {
+            "certificates_rejected": len(rejected),
+            "rejected": rejected,
+            "ticket_key_rotation_s": self.ticket_key_rotation_s,
+        }
