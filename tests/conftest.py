@@ -35,4 +35,5 @@ def fleet_factory(tmp_path):
         f.stop()
         assert underflow == 0, f"gauge_underflow = {underflow}: a hold or gauge was released twice"
 
+
 pytest_plugins = ["tests.servers"]
