@@ -99,6 +99,7 @@ class HTTPBackend:
 
         self.name = name
         self.requests: list[dict] = []
+        self.sni_seen: list[str | None] = []  # with ``tls``: the server name each handshake asked for
         self.slow_started = threading.Event()
         self.release_slow = threading.Event()
         backend = self
@@ -177,6 +178,7 @@ class HTTPBackend:
         if tls is not None:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.load_cert_chain(*tls)
+            ctx.sni_callback = lambda _sock, name, _ctx: self.sni_seen.append(name)
             if client_ca:
                 ctx.verify_mode = ssl.CERT_REQUIRED
                 ctx.load_verify_locations(client_ca)

@@ -7,12 +7,14 @@ import json
 import ssl
 import time
 import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from sentin8.sources.domains import CHANGED_CHANNEL as DOMAIN_CHANNEL
 from sentin8.sources.registry import CHANGED_CHANNEL as REGISTRY_CHANNEL
+from tests.netns import external_host  # noqa: F401 - fixture
 from tests.peers import roundtrip, wait_until
 from tests.servers import PostgresServer, RedisServer, install_sys_schema
 
@@ -112,6 +114,56 @@ def test_a_registry_host_that_is_a_name_is_resolved_and_routed(platform, backend
         assert roundtrip(fleet.port, hostname("named")) == b"a:ping"
     stats = fleet.stats()
     assert stats.get("backend_connect_errors", 0) == 0 and stats.get("gauge_underflow", 0) == 0
+
+
+def test_bridge_mode_to_a_named_instance_sends_sni_and_checks_the_name(
+    platform,
+    fleet_factory,
+    external_host,  # noqa: F811 - fixture
+    tmp_path,
+):
+    """The whole L7 path as a worker wires it: a registry instance whose host is a name ("localhost") and
+    tls = true, upstream.ca_file set. The name is resolved off the loop, sent as SNI and verified: a backend
+    whose certificate names another host is refused (502) and counted, never sent the request."""
+    from supervisor.demo import write_demo_cert
+    from tests.peers import HTTPBackend
+    from tests.pqclient import PQClient
+
+    (tmp_path / "good").mkdir()
+    (tmp_path / "bad").mkdir()
+    good_pair = write_demo_cert(str(tmp_path / "good"), "localhost")
+    bad_pair = write_demo_cert(str(tmp_path / "bad"), "elsewhere.internal")
+    ca_file = tmp_path / "ca.pem"  # both self-signed certificates are trusted: only the name can fail
+    ca_file.write_bytes(Path(good_pair[0]).read_bytes() + Path(bad_pair[0]).read_bytes())
+    good, bad = HTTPBackend("good", tls=good_pair), HTTPBackend("bad", tls=bad_pair)
+    try:
+        platform.set_instance("good", "good-1", good.port, host="localhost")
+        platform.set_instance("bad", "bad-1", bad.port, host="localhost")
+        platform.add_app("good", "good")
+        platform.add_app("bad", "bad")
+        fleet = fleet_factory(
+            "",
+            extra=platform.sources() + f'[upstream]\nca_file = "{ca_file}"\n',
+            host="0.0.0.0",
+        )
+
+        def get(app: str) -> bytes:
+            client = PQClient(external_host.connect(fleet.port), hostname(app))
+            try:
+                client.handshake()
+                return client.request(b"GET /x HTTP/1.1\r\nHost: %s\r\n\r\n" % hostname(app).encode())
+            finally:
+                client.close()
+
+        wait_until(lambda: get("good").startswith(b"HTTP/1.1 200 "), 10, 0.2, what="good routed over TLS")
+        assert good.sni_seen and set(good.sni_seen) == {"localhost"}
+        assert json.loads(get("good").partition(b"\r\n\r\n")[2])["backend"] == "good"
+        assert get("bad").startswith(b"HTTP/1.1 502 ")
+        assert bad.requests == []
+        assert fleet.stats().get("backend_connect_errors", 0) >= 1
+    finally:
+        good.close()
+        bad.close()
 
 
 def test_draining_and_stale_instances_get_no_new_connections(platform, backend_factory, fleet_factory):
