@@ -268,7 +268,8 @@ class Worker:
         table = table or self.routes.current()
         if table is None:
             return []
-        order, all_suspect = self.selector.order(service, table.instances(service), time.time())
+        now = time.time()
+        order, all_suspect = self.selector.order(service, table.instances(service), now, table.health_clock(now))
         if all_suspect:
             self.counters.inc("all_suspect_fallback")
         return order
