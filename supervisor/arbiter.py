@@ -508,8 +508,9 @@ class Arbiter:
         seq = self.reload_seq
         self.reload_running = seq
         self.reload_started = time.monotonic()
-        sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}"
-                        "\nSTATUS=reloading")
+        if self.ready_sent:  # before the first READY=1 systemd is still waiting for the start, not a reload
+            usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+            sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={usec}\nSTATUS=reloading (SIGHUP {seq})")
         problem = None
         new_cfg = self.cfg
         if self.config_path is not None:
@@ -571,7 +572,8 @@ class Arbiter:
             event(f"reload_{result}", "error", seq=seq, took_s=took, reason=reason)
             status = f"reload {seq} {result}: {reason}"
         self.reload_status.finished(seq, result, reason)
-        sdnotify.notify(f"READY=1\nSTATUS={status}")
+        if self.ready_sent:
+            sdnotify.notify(f"READY=1\nSTATUS={status}")
         self.reload_running = None
         if self.reload_pending:
             self._start_pending()

@@ -215,3 +215,28 @@ def test_upgrade_beside_the_running_fleet_under_load_loses_nothing(
         load.stop()
     print(f"upgrade under load: {dict(load.ok)}")
     assert load.errors == [], load.errors[:10]
+
+
+def test_systemd_hears_reloading_then_ready_for_each_reload(tmp_path, monkeypatch, fleet_factory, backend_factory):
+    import socket
+
+    path = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(20)
+    monkeypatch.setenv("NOTIFY_SOCKET", path)
+    shop = backend_factory("shop", "shop.internal")
+    fleet = fleet_factory(mixed_body(1, shop.port), workers=1, fleet=FAST_DRAIN)
+
+    def next_message() -> dict[str, str]:
+        data = sock.recv(4096).decode()
+        return dict(line.split("=", 1) for line in data.splitlines() if "=" in line)
+
+    assert "READY" in next_message()  # the start
+    before = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+    fleet.signal(signal.SIGHUP)
+    reloading = next_message()
+    assert reloading["RELOADING"] == "1" and int(reloading["MONOTONIC_USEC"]) >= before
+    ready = next_message()
+    assert ready["READY"] == "1" and "reload 1 done" in ready["STATUS"]
+    sock.close()
