@@ -158,7 +158,8 @@ def test_reloads_queue_behind_long_lived_connections_and_all_complete(fleet_fact
         for s in held:
             s.close()
     assert not fleet.events("reload_failed") and not fleet.events("reload_stopped")
-    assert fleet.saw("reload_waiting_slot") or fleet.saw("reload_queued")
+    assert fleet.saw("reload_waiting_slot")  # it really ran out of slots, and still completed
+    assert len(fleet.events("reload_done")) >= 2  # SIGHUPs during a reload coalesce: at least first and last
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
