@@ -474,7 +474,7 @@ class Arbiter:
             # others serve, so a failing child keeps its capped backoff instead of taking the fleet down.
             fails = self.start_failures[key] = self.start_failures.get(key, 0) + 1
             if fails >= START_FAILURES_FATAL:
-                what = "listening" if child.role == "worker" else "publishing a routing table"
+                what = "publishing a routing table" if child.role == "resolver" else "listening"
                 reason = f"{child.role} {child.index} exited {fails} times in a row before {what} (exit code {code})"
                 print(f"sentin8-proxy: {reason}: stopping, see the lines above", file=sys.stderr, flush=True)
                 event("start_failures", "error", child=child.role, index=child.index, exit_code=code, reason=reason)
