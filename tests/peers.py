@@ -235,6 +235,7 @@ class Fleet:
         http: str = "",
         limits: str = "",
         nofile: int | None = None,
+        listen_extra: str = "",
         fleet: str = "",
         port: int | None = None,
         args: tuple[str, ...] = (),
@@ -250,6 +251,7 @@ class Fleet:
 https = "{host}:{self.port}"
 http = "{http}"
 mgmt = ""
+{listen_extra}
 [fleet]
 workers = {workers}
 {fleet or "drain_timeout_s = 10"}
