@@ -241,3 +241,42 @@ def test_systemd_hears_reloading_then_ready_for_each_reload(tmp_path, monkeypatc
     ready = next_message()
     assert ready["READY"] == "1" and "reload 1 done" in ready["STATUS"]
     sock.close()
+
+
+def test_a_config_change_in_a_queued_reload_is_fully_applied(
+    fleet_factory, backend_factory, web, external_host  # noqa: F811
+):
+    """SIGHUPs pile up while long-lived connections keep retirees alive; the file changes (the WAF goes on)
+    before the last one. When the queue has drained, every worker runs the new config."""
+    shop = backend_factory("shop", "shop.internal")
+    fleet = fleet_factory(mixed_body(web.port, shop.port), workers=2, host="0.0.0.0",
+                          fleet="drain_timeout_s = 4\ndrain_idle_grace_s = 0.5")
+    attack = b"GET /items?id=1%20UNION%20SELECT%20password%20FROM%20users HTTP/1.1\r\nHost: web.apps.test\r\n\r\n"
+
+    def status() -> int:
+        client = PQClient(external_host.connect(fleet.port), "web.apps.test")
+        try:
+            client.handshake()
+            return int(client.request(attack).split(b" ", 2)[1])
+        finally:
+            client.close()
+
+    assert status() == 200  # WAF off
+    held = []
+    try:
+        for i in range(6):
+            s = tls_client(fleet.port, "shop.internal")
+            s.sendall(b"hold")
+            assert s.recv(100) == b"shop:hold"
+            held.append(s)
+            if i == 5:
+                config = Path(fleet.config)
+                config.write_text(config.read_text() + "\n[policy]\nwaf = true\n")
+            fleet.signal(signal.SIGHUP)
+            time.sleep(0.15)
+        wait_until(lambda: any(e["seq"] == 6 for e in fleet.events("reload_done")), 40, what="the last reload")
+    finally:
+        for s in held:
+            s.close()
+    assert not fleet.events("reload_failed")
+    assert all(status() == 403 for _ in range(8))  # whichever worker answers: the WAF is on
