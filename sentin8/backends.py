@@ -59,7 +59,9 @@ class Backends:
         table = table or self._routes.current()
         if table is None:
             return []
-        order, all_suspect = self._selector.order(service, table.instances(service), self._clock())
+        now = self._clock()
+        # heartbeats are judged on the table's health clock (it stands still while the registry is unreadable)
+        order, all_suspect = self._selector.order(service, table.instances(service), now, table.health_clock(now))
         if all_suspect:
             self._counters.inc("all_suspect_fallback")
         return order
