@@ -13,6 +13,7 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -22,9 +23,10 @@ from dataclasses import dataclass, field
 import psutil
 import setproctitle
 
-from sentin8 import lifecycle
+from sentin8 import lifecycle, runtime_policy
 from sentin8.config import Config, ConfigError, load_file
 from sentin8.eventlog import event, install, set_role
+from sentin8.shm import fleet as fleet_state
 from sentin8.shm.state import SharedState
 
 from . import sdnotify
@@ -40,7 +42,7 @@ PR_SET_PDEATHSIG = 1
 
 @dataclass
 class Child:
-    role: str  # "resolver" | "worker"
+    role: str  # "resolver" | "worker" | "mgmt"
     index: int
     pid: int
     slot: int = -1
@@ -79,12 +81,15 @@ class Arbiter:
         self.replacing: dict[int, int] = {}  # new worker pid -> old worker pid
         self.next_rss_check = time.monotonic() + RSS_CHECK_S
         self._status_buf = b""
+        self.mgmt_sock: socket.socket | None = None  # bound once here, inherited by every mgmt process
+        self.mgmt_secret = b""
 
     # ---- setup ---------------------------------------------------------------------------------------
 
     def _preflight(self) -> str | None:
         """Bind every listener once before forking: a port another program holds is one clear line and
-        exit 2, not a worker crash loop that never gets READY."""
+        exit 2, not a worker crash loop that never gets READY. The management port stays bound (its process
+        inherits it), and its JWT secret is checked here too."""
         from workers.listener import bind_reuseport
 
         for key, address in (("listen.https", self.cfg.listen.https), ("listen.http", self.cfg.listen.http)):
@@ -94,6 +99,17 @@ class Arbiter:
                 bind_reuseport(address, key).close()
             except OSError as exc:
                 return f"{key}: cannot listen on {address}: {exc.strerror}"
+        if self.cfg.listen.mgmt:
+            from sentin8.mgmt.auth import load_secret
+
+            try:
+                self.mgmt_secret = load_secret(self.cfg.mgmt, os.environ)
+            except ConfigError as exc:
+                return str(exc)
+            try:
+                self.mgmt_sock = bind_reuseport(self.cfg.listen.mgmt, "listen.mgmt", backlog=1024, reuseport=False)
+            except OSError as exc:
+                return f"listen.mgmt: cannot listen on {self.cfg.listen.mgmt}: {exc.strerror}"
         return None
 
     def run(self) -> int:
@@ -104,6 +120,8 @@ class Arbiter:
         setproctitle.setproctitle("sentin8-proxy: supervisor")
         install()
         self.shared = SharedState(self.cfg, self.slots)
+        self.fleet_state = self.shared.fleet()
+        self._publish_runtime_policy()
         migrate = enable_migrate_req()
         self.status_r, self.status_w = os.pipe()
         os.set_blocking(self.status_r, False)
@@ -121,7 +139,21 @@ class Arbiter:
             tcp_migrate_req=migrate,
         )
         self._spawn_resolver()
+        if self.mgmt_sock is not None:
+            self._spawn_mgmt()
         return self._loop()
+
+    def _publish_runtime_policy(self) -> None:
+        """The policy overlay the management API persisted, back in shared memory before any worker starts:
+        a fleet restart keeps the operator's runtime changes."""
+        try:
+            overlay = runtime_policy.load(self.cfg.tls.state_dir)
+        except runtime_policy.OverlayError as exc:
+            event("runtime_policy_unreadable", "error", reason=str(exc), using="config file [policy]")
+            return
+        self.shared.policy_writer().publish(overlay)
+        if overlay != runtime_policy.Overlay():
+            event("runtime_policy_loaded", overlay=runtime_policy.encode(overlay).decode())
 
     # ---- forking -------------------------------------------------------------------------------------
 
@@ -132,6 +164,8 @@ class Arbiter:
         code = 1
         try:
             signal.set_wakeup_fd(-1)
+            if role != "mgmt" and self.mgmt_sock is not None:
+                self.mgmt_sock.close()
             for sig in HANDLED_SIGNALS:
                 signal.signal(sig, signal.SIG_IGN if sig == signal.SIGUSR1 else signal.SIG_DFL)
             os.close(self.sig_r)
@@ -166,6 +200,18 @@ class Arbiter:
 
         pid = self._fork("resolver", 0, "sentin8-proxy: resolver", target)
         self.children[pid] = Child("resolver", 0, pid)
+
+    def _spawn_mgmt(self) -> None:
+        from .mgmt import MgmtProcess
+
+        cfg, sock = self.cfg, self.mgmt_sock
+        assert sock is not None
+
+        def target() -> int:
+            return MgmtProcess(cfg, self.shared, sock, self.mgmt_secret).run()
+
+        pid = self._fork("mgmt", 0, "sentin8-proxy: mgmt", target)
+        self.children[pid] = Child("mgmt", 0, pid)
 
     def _spawn_worker(self, index: int) -> int | None:
         """Fork worker ``index``; None when every counter slot is taken (workers still draining): retried later."""
@@ -205,9 +251,19 @@ class Arbiter:
             if self.status_r in readable:
                 self._read_status()
             self._run_due()
+            self._publish_fleet_state()
             if self.state != "running" and not self.children:
                 event("stopped")
                 return 0
+
+    def _publish_fleet_state(self) -> None:
+        """For /health: starting until READY, draining from the first SIGTERM, and the listening workers."""
+        if self.state != "running":
+            state = fleet_state.DRAINING
+        else:
+            state = fleet_state.RUNNING if self.ready_sent else fleet_state.STARTING
+        listening = sum(1 for c in self._workers() if c.listening)
+        self.fleet_state.publish(state, listening, self.workers_wanted)
 
     def _next_deadline(self) -> float:
         deadlines = [self.next_rss_check, *self.respawn_at.values()]
@@ -267,6 +323,8 @@ class Arbiter:
                     role, index = key
                     if role == "resolver":
                         self._spawn_resolver()
+                    elif role == "mgmt":
+                        self._spawn_mgmt()
                     elif index < self.workers_wanted and not self._has_worker(index):
                         self._spawn_worker(index)
         if self.kill_at is not None and now >= self.kill_at:
@@ -408,6 +466,8 @@ class Arbiter:
         for child in list(self.children.values()):
             if child.role == "resolver":
                 self._kill(child.pid, signal.SIGTERM if sources_changed else signal.SIGHUP)
+            elif child.role == "mgmt":
+                self._kill(child.pid, signal.SIGTERM)  # respawned at once with the new config
             elif child.role == "worker" and child.index >= wanted and not child.retiring:
                 self._retire(child.pid)
         event("reload_start", workers=wanted)

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import resource
+import secrets
 import signal
 import socket
 import ssl
@@ -235,16 +236,25 @@ class Fleet:
         http: str = "",
         limits: str = "",
         nofile: int | None = None,
+        mgmt: bool = False,
+        env: dict[str, str] | None = None,
+        wait_ready: bool = True,
     ) -> None:
+        """``mgmt``: run the management API on a free loopback port (``mgmt_url``) with a fresh secret
+        (``secret``); otherwise ``listen.mgmt = ""``. ``env``: extra environment for the fleet."""
         self.workdir = workdir
         self.port = free_port(host)
+        self.secret = secrets.token_urlsafe(36)
+        self.mgmt_port = free_port() if mgmt else 0
+        self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}" if mgmt else ""
+        mgmt_listen = f"127.0.0.1:{self.mgmt_port}" if mgmt else ""
         self.config = os.path.join(workdir, "proxy.toml")
         Path(self.config).write_text(
             f"""
 [listen]
 https = "{host}:{self.port}"
 http = "{http}"
-mgmt = ""
+mgmt = "{mgmt_listen}"
 [fleet]
 workers = {workers}
 drain_timeout_s = 10
@@ -266,8 +276,11 @@ state_dir = "{workdir}/state"
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env={**os.environ, "SENTIN8_MGMT_JWT_SECRET": self.secret, **(env or {})},
             preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))) if nofile else None,
         )
+        if not wait_ready:
+            return
         wait_until(lambda: self.saw("ready") or self.proc.poll() is not None, 20, what="fleet ready")
         if self.proc.poll() is not None:
             raise AssertionError(f"fleet exited {self.proc.returncode}:\n{self.output()}")

@@ -11,6 +11,7 @@ from sentin8 import tls
 from sentin8.config import Config
 from sentin8.policy import EdgePolicy
 from sentin8.routing import Instance, Route
+from sentin8.shm.policy import PolicyCache
 
 from .l7_bridge import RequestInfo
 from .tls_layer import TLSClientProtocol
@@ -21,11 +22,11 @@ if TYPE_CHECKING:
 
 
 class WorkerL7Context:
-    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop, policy: EdgePolicy) -> None:
+    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop, policy: PolicyCache[EdgePolicy]) -> None:
         self.worker = worker
         self.cfg: Config = worker.cfg
         self.counters = worker.counters
-        self.edge_policy = policy
+        self.edge_policy = policy  # rebuilt only when the runtime overlay's generation moves
         self.pool = UpstreamPool.from_config(loop, self.cfg)
         up = self.cfg.upstream
         self._upstream_ctx = None
@@ -52,7 +53,7 @@ class WorkerL7Context:
         self.counters.add_gauge("active_connections", delta)
 
     def policy(self, request: RequestInfo) -> int | None:
-        verdict = self.edge_policy.check(request.client_ip, request.host, request.target)
+        verdict = self.edge_policy.current().check(request.client_ip, request.host, request.target)
         if verdict is None:
             return None
         status, counter = verdict

@@ -24,6 +24,7 @@ from sentin8.netclass import Classifier
 from sentin8.policy import EdgePolicy
 from sentin8.routing import Instance, RoutingTable
 from sentin8.selection import Selector
+from sentin8.shm.policy import PolicyCache
 from sentin8.shm.snapshot import SnapshotCache
 from sentin8.shm.state import SharedState
 from sentin8.tls import SNIContexts
@@ -59,7 +60,9 @@ class Worker:
         self.selector = Selector(shared.suspects(), cfg.sources.health_fresh_s, cfg.sources.suspect_ttl_s)
         self.classifier = Classifier(cfg.network.internal_cidrs)
         self.pipes = PipePool()
-        self.policy = EdgePolicy(cfg.policy, shared.buckets())
+        buckets = shared.buckets()
+        # the config's [policy] overlaid with the runtime overlay the management API publishes in shm
+        self.policy = PolicyCache(shared.policy_reader(), cfg.policy, lambda p: EdgePolicy(p, buckets))
         self.certs = CertStore(cfg.tls.cert_dir, cfg.tls.state_dir)
         self.sni = SNIContexts(self.certs, client_ca_file=cfg.tls.client_ca_file)
         self.bridges: set[L7Bridge] = set()

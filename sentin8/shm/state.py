@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..config import Config
 from . import counters, snapshot
+from . import fleet as fleet_state
+from . import policy as policy_region
 from .ratelimit import BucketTable
 from .ratelimit import region_bytes as ratelimit_bytes
 from .region import SharedRegion
@@ -21,6 +23,8 @@ class SharedState:
         self.region.reserve("counters", counters.region_bytes(worker_slots))
         self.ratelimit_slots = cfg.shm.ratelimit_slots
         self.region.reserve("ratelimit", ratelimit_bytes(self.ratelimit_slots))
+        self.region.reserve("policy", policy_region.region_bytes())
+        self.region.reserve("fleet", fleet_state.region_bytes())
         self.region.allocate()
         self.ratelimit_lock_fd = BucketTable.make_lock_fd()
 
@@ -41,3 +45,12 @@ class SharedState:
 
     def buckets(self) -> BucketTable:
         return BucketTable(self.region.view("ratelimit"), self.ratelimit_slots, self.ratelimit_lock_fd)
+
+    def policy_writer(self) -> policy_region.PolicyWriter:
+        return policy_region.PolicyWriter(self.region.view("policy"))
+
+    def policy_reader(self) -> policy_region.PolicyReader:
+        return policy_region.PolicyReader(self.region.view("policy"))
+
+    def fleet(self) -> fleet_state.FleetState:
+        return fleet_state.FleetState(self.region.view("fleet"))

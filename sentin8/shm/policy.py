@@ -1,0 +1,71 @@
+"""The runtime policy overlay in shared memory: one writer at a time (the supervisor at boot, then the
+management process), every worker a reader.
+
+It is a small instance of the routing snapshot's seqlock double buffer (``sentin8.shm.snapshot``): same
+torn-copy guarantees, one rule in one place. A worker checks the generation word per request (one shared
+read) and rebuilds its policy only when the word moved, so a change reaches every worker at its next request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from .. import runtime_policy
+from ..config import Policy
+from . import snapshot
+
+CAPACITY = 4096  # the overlay is five keys of JSON: ~150 bytes
+T = TypeVar("T")
+
+
+def region_bytes() -> int:
+    return snapshot.region_bytes(CAPACITY)
+
+
+class PolicyWriter:
+    def __init__(self, view: memoryview) -> None:
+        self._writer = snapshot.SnapshotWriter(view, CAPACITY)
+
+    def publish(self, overlay: runtime_policy.Overlay) -> int:
+        return self._writer.publish(runtime_policy.encode(overlay))
+
+
+class PolicyReader:
+    def __init__(self, view: memoryview) -> None:
+        self._reader = snapshot.SnapshotReader(view, CAPACITY)
+
+    def generation(self) -> int:
+        return self._reader.generation()
+
+    def read(self) -> tuple[int, runtime_policy.Overlay]:
+        """(generation, overlay); generation 0 and an empty overlay when nothing was ever published."""
+        got = self._reader.read()
+        if got is None:
+            return 0, runtime_policy.Overlay()
+        gen, data, _ = got
+        try:
+            return gen, runtime_policy.decode(data)
+        except (ValueError, runtime_policy.OverlayError):
+            return gen, runtime_policy.Overlay()  # only our own writer writes here: unreachable in practice
+
+
+class PolicyCache(Generic[T]):
+    """A worker's effective policy object, rebuilt by ``build`` only when the overlay's generation moved."""
+
+    def __init__(self, reader: PolicyReader, base: Policy, build: Callable[[Policy], T]) -> None:
+        self._reader = reader
+        self._base = base
+        self._build = build
+        self._gen = -1
+        self._value: T | None = None
+        self.rebuilds = 0
+
+    def current(self) -> T:
+        gen = self._reader.generation()
+        if gen != self._gen or self._value is None:
+            gen, overlay = self._reader.read()
+            self._value = self._build(runtime_policy.effective(self._base, overlay))
+            self._gen = gen
+            self.rebuilds += 1
+        return self._value

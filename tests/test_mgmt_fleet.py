@@ -1,0 +1,212 @@
+"""The management API against a running fleet: the token matrix, health, backends, mappings, the process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import mgmt_client as mc
+from tests.peers import REPO, HTTPBackend, wait_until
+
+BODY = """
+[[instances]]
+service = "web"
+id = "web-1"
+host = "127.0.0.1"
+port = {port}
+[[instances]]
+service = "web"
+id = "web-2"
+host = "127.0.0.1"
+port = 9
+state = "Draining"
+[[domains]]
+hostname = "shop.apps.test"
+service = "web"
+env_id = "env-1"
+app_id = "app-1"
+[[domains]]
+hostname = "*.wild.test"
+service = "web"
+"""
+
+
+@pytest.fixture
+def web():
+    backend = HTTPBackend("web")
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def fleet(fleet_factory, web):
+    return fleet_factory(BODY.format(port=web.port), mgmt=True)
+
+
+def mgmt_pid(fleet) -> int | None:
+    pids = [pid for pid, title in fleet.children().items() if title.endswith(": mgmt")]
+    return pids[0] if pids else None
+
+
+def test_token_matrix(fleet):
+    url, secret = fleet.mgmt_url, fleet.secret
+    wait_until(lambda: mc.call(url, "GET", "/health")[0] == 200, 10, what="mgmt up")
+    now = int(time.time())
+    refused = {
+        "expired": mc.token(secret, exp=now - 120, iat=now - 600),
+        "nbf in the future": mc.token(secret, nbf=now + 600),
+        "wrong aud": mc.token(secret, aud="someone-else"),
+        "wrong iss": mc.token(secret, iss="evil-auth"),
+        "no jti": mc.token(secret, jti=None),
+        "no exp": mc.token(secret, exp=None),
+        "no sub": mc.token(secret, sub=None),
+        "no iat": mc.token(secret, iat=None),
+        "no aud": mc.token(secret, aud=None),
+        "no iss": mc.token(secret, iss=None),
+        "HS512 right secret": mc.token(secret, alg="HS512"),
+        "HS384 right secret": mc.token(secret, alg="HS384"),
+        "wrong signature": mc.token("x" * 40),
+        "garbage": "not.a.token",
+    }
+    import jwt as pyjwt
+
+    refused["alg none"] = pyjwt.encode(mc.claims(), None, algorithm="none")
+    for what, tok in refused.items():
+        status, headers, _ = mc.call(url, "GET", "/backends", tok)
+        assert status == 401, what
+        assert headers.get("www-authenticate", "").startswith("Bearer"), what
+    # no token at all, and a valid token in the query string
+    status, headers, _ = mc.call(url, "GET", "/backends")
+    assert status == 401 and headers["www-authenticate"].startswith("Bearer")
+    good = mc.token(secret)
+    assert mc.call(url, "GET", f"/backends?access_token={good}")[0] == 401
+    assert mc.call(url, "GET", f"/mappings?q={good}", good)[0] == 401  # even beside a valid header
+    # valid without the scope -> 403; valid with it -> 200 (and reads may reuse the token)
+    reader = mc.token(secret, scope="proxy:mappings:read")
+    assert mc.call(url, "GET", "/backends", reader)[0] == 403
+    assert mc.call(url, "GET", "/policy", reader)[0] == 403
+    assert mc.call(url, "GET", "/mappings", reader)[0] == 200
+    assert mc.call(url, "GET", "/mappings", reader)[0] == 200
+    # a jti is one-use on a change: the replay gets 401
+    admin = mc.token(secret, scope="policy-admin")
+    assert mc.call(url, "PUT", "/policy", admin, {"waf": True})[0] == 200
+    status, headers, _ = mc.call(url, "PUT", "/policy", admin, {"waf": False})
+    assert status == 401 and "invalid_token" in headers["www-authenticate"]
+    assert mc.call(url, "GET", "/policy", admin)[0] == 200  # a read may reuse it
+    # every refusal was counted by reason, and no token text reached the log
+    status, stats = mc.get_json(url, "/stats", mc.token(secret, scope="proxy:stats:read"))
+    refusals = stats["auth_refusals"]
+    for reason in ("expired", "not_yet_valid", "bad_audience", "bad_issuer", "missing_claim", "bad_algorithm",
+                   "bad_signature", "token_in_query", "missing", "scope", "replay"):
+        assert refusals.get(reason, 0) >= 1, (reason, refusals)
+    assert good not in fleet.output() and good.split(".")[2] not in fleet.output()
+    assert len(fleet.events("mgmt_auth_refused")) == sum(refusals.values())
+
+
+def test_health_backends_and_mappings(fleet, web):
+    url = fleet.mgmt_url
+    status, health = wait_until(lambda: (r := mc.get_json(url, "/health"))[0] == 200 and r, 10, what="health")
+    assert health["status"] == "ok" and health["stale"] is False
+    assert health["mappings"] == 2 and health["services"] == 1
+    assert health["instances"] == {"Active": 1, "Draining": 1}
+    assert health["workers"] == 2 and health["active_connections"] == 0
+    assert health["snapshot_age_s"] is not None and health["snapshot_age_s"] >= 0
+    tok = mc.token(fleet.secret)
+    status, backends = mc.get_json(url, "/backends", tok)
+    rows = {r["id"]: r for r in backends["services"]["web"]}
+    assert rows["web-1"] == {"id": "web-1", "host": "127.0.0.1", "port": web.port, "state": "Active",
+                             "health_age_s": None, "fresh": True, "suspect": None, "tls": False}
+    assert rows["web-2"]["fresh"] is False
+    status, maps = mc.get_json(url, "/mappings", tok)
+    assert maps["total"] == 2
+    assert maps["mappings"][0] == {"hostname": "*.wild.test", "service": "web", "env_id": "", "app_id": "",
+                                   "source": "file", "wildcard": True}
+    status, maps = mc.get_json(url, "/mappings?host=SHOP", tok)
+    assert [m["hostname"] for m in maps["mappings"]] == ["shop.apps.test"]
+    assert maps["mappings"][0]["env_id"] == "env-1" and maps["mappings"][0]["wildcard"] is False
+    assert mc.get_json(url, "/mappings?service=nope", tok)[1]["total"] == 0
+    status, body = mc.get_json(url, "/mappings?limit=0", tok)
+    assert status == 422 and body["field"] == "limit"
+    status, _, metrics = mc.call(url, "GET", "/metrics")
+    assert status == 200 and b"sentin8_active_connections" in metrics
+    status, doc = mc.get_json(url, "/openapi.json")
+    assert set(doc["paths"]) >= {"/health", "/backends", "/mappings", "/policy", "/metrics", "/stats"}
+    status, headers, page = mc.call(url, "GET", "/")
+    assert status == 200 and headers["content-type"].startswith("text/html")
+    assert b"<script" in page and b"http://" not in page and b"https://" not in page  # nothing from a CDN
+
+
+def test_bad_policy_input_gets_422_naming_the_field(fleet):
+    url = fleet.mgmt_url
+    wait_until(lambda: mc.call(url, "GET", "/health")[0] == 200, 10, what="mgmt up")
+    cases = [
+        ({"rate_limit_rps": -1}, "rate_limit_rps"),
+        ({"rate_limit_burst": "lots"}, "rate_limit_burst"),
+        ({"waf": "yes"}, "waf"),
+        ({"rate_limit_key": "cookie"}, "rate_limit_key"),
+        ({"max_headers": 5}, "max_headers"),
+        ({}, "body"),
+        ([1, 2], "body"),
+    ]
+    for body, field in cases:
+        status, _, raw = mc.call(url, "PUT", "/policy", mc.token(fleet.secret, scope="policy-admin"), body)
+        assert status == 422, body
+        assert json.loads(raw)["field"] == field
+    status, view = mc.get_json(url, "/policy", mc.token(fleet.secret, scope="policy-admin"))
+    assert view["overlay"] == {} and view["effective"]["waf"] is False
+
+
+def test_mgmt_process_is_respawned_and_serves_again_within_a_second(fleet):
+    url = fleet.mgmt_url
+    wait_until(lambda: mc.call(url, "GET", "/health")[0] == 200, 10, what="mgmt up")
+    old = mgmt_pid(fleet)
+    assert old is not None
+    time.sleep(5.5)  # past STABLE_AFTER_S: a process that lived this long comes back without backoff
+    os.kill(old, signal.SIGKILL)
+    t0 = time.monotonic()
+    # the supervisor keeps the listening socket: a request sent now waits in the accept queue, not refused
+    status, _ = mc.get_json(url, "/health")
+    back = time.monotonic() - t0
+    assert status == 200
+    assert back < 1.0, f"mgmt back after {back:.2f}s"
+    new = mgmt_pid(fleet)
+    assert new is not None and new != old
+
+
+def _boot(tmp_path, secret: str | None, mgmt: str = "127.0.0.1:0") -> subprocess.CompletedProcess:
+    cfg = tmp_path / "p.toml"
+    cfg.write_text(f'[listen]\nhttps = "127.0.0.1:0"\nhttp = ""\nmgmt = "{mgmt}"\n'
+                   f'[tls]\nstate_dir = "{tmp_path}/state"\ncert_dir = "{tmp_path}/certs"\n')
+    env = {k: v for k, v in os.environ.items() if k != "SENTIN8_MGMT_JWT_SECRET"}
+    if secret is not None:
+        env["SENTIN8_MGMT_JWT_SECRET"] = secret
+    return subprocess.run([sys.executable, "-m", "supervisor.cli", "run", "--config", str(cfg)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize("secret", [None, "x" * 31])
+def test_boot_refuses_a_missing_or_short_secret(tmp_path, secret):
+    done = _boot(tmp_path, secret)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.match(r"sentin8-proxy: mgmt\.jwt_secret_env: ", lines[0]), done.stderr
+    assert "x" * 31 not in done.stderr  # the secret itself is never printed
+
+
+def test_a_taken_mgmt_port_exits_2(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _boot(tmp_path, "s" * 40, f"127.0.0.1:{port}")
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("sentin8-proxy: listen.mgmt: cannot listen on")
