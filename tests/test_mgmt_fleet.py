@@ -210,3 +210,35 @@ def test_a_taken_mgmt_port_exits_2(tmp_path):
         done = _boot(tmp_path, "s" * 40, f"127.0.0.1:{port}")
     assert done.returncode == 2
     assert done.stderr.strip().startswith("sentin8-proxy: listen.mgmt: cannot listen on")
+
+
+def test_cli_against_the_running_fleet(fleet):
+    wait_until(lambda: mc.call(fleet.mgmt_url, "GET", "/health")[0] == 200, 10, what="mgmt up")
+    env = {k: v for k, v in os.environ.items() if k not in ("SENTIN8_MGMT_TOKEN", "SENTIN8_MGMT_JWT_SECRET")}
+
+    def cli(*args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "supervisor.cli", *args, "--config", fleet.config], cwd=REPO,
+                              env={**env, **extra}, capture_output=True, text=True, timeout=30)
+
+    done = cli("status")
+    assert done.returncode == 0 and done.stdout.startswith("ok "), done.stderr
+    done = cli("backends")
+    assert done.returncode == 1 and "SENTIN8_MGMT_TOKEN" in done.stderr  # no token, no secret: told what to do
+    tok = mc.token(fleet.secret)
+    done = cli("backends", SENTIN8_MGMT_TOKEN=tok)
+    assert done.returncode == 0 and "web-1" in done.stdout and "offload" in done.stdout
+    done = cli("mappings", "--host", "shop", SENTIN8_MGMT_TOKEN=tok)
+    assert done.returncode == 0 and "shop.apps.test" in done.stdout and "wild" not in done.stdout
+    # on the box with the secret: each change mints its own one-use token
+    done = cli("policy", "--set", "waf=true", "rate_limit_rps=5", SENTIN8_MGMT_JWT_SECRET=fleet.secret)
+    assert done.returncode == 0, done.stderr
+    done = cli("policy", "--set", "rate_limit_key=ip+host", SENTIN8_MGMT_JWT_SECRET=fleet.secret)
+    assert done.returncode == 0, done.stderr
+    _, view = mc.get_json(fleet.mgmt_url, "/policy", tok)
+    assert view["overlay"] == {"waf": True, "rate_limit_rps": 5.0, "rate_limit_key": "ip+host"}
+    done = cli("policy", "--set", "rate_limit_rps=-1", SENTIN8_MGMT_JWT_SECRET=fleet.secret)
+    assert done.returncode == 1 and "rate_limit_rps" in done.stderr
+    done = cli("token", "--scope", "proxy:stats:read", "--ttl", "60", SENTIN8_MGMT_JWT_SECRET=fleet.secret)
+    assert done.returncode == 0
+    assert mc.call(fleet.mgmt_url, "GET", "/stats", done.stdout.strip())[0] == 200
+    assert mc.call(fleet.mgmt_url, "GET", "/backends", done.stdout.strip())[0] == 403
