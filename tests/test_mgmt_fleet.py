@@ -242,3 +242,21 @@ def test_cli_against_the_running_fleet(fleet):
     assert done.returncode == 0
     assert mc.call(fleet.mgmt_url, "GET", "/stats", done.stdout.strip())[0] == 200
     assert mc.call(fleet.mgmt_url, "GET", "/backends", done.stdout.strip())[0] == 403
+
+
+def test_schemathesis_finds_no_server_error(fleet, tmp_path):
+    """Every check, not only server errors: status codes, content types and bodies must match /openapi.json."""
+    wait_until(lambda: mc.call(fleet.mgmt_url, "GET", "/health")[0] == 200, 10, what="mgmt up")
+    env = {**os.environ, "SENTIN8_MGMT_JWT_SECRET": fleet.secret, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
+           "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    done = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "schemathesis"), "run", f"{fleet.mgmt_url}/openapi.json",
+         "--checks", "all", "--max-examples", "40", "--workers", "1", "--seed", "10",
+         "--phases", "examples,coverage,fuzzing", "--request-timeout", "10", "--no-color"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    print(done.stdout[-3000:])
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert "No issues found" in done.stdout and " 0 generated" not in done.stdout
+    assert fleet.events("policy_changed")  # the hook's fresh tokens let valid changes through, not only 401s
+    assert fleet.proc.poll() is None and not fleet.events("child_died")  # nothing crashed

@@ -37,7 +37,7 @@ _POLICY_CHANGE = {
                            "nullable": True},
         "rate_limit_burst": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 1000000,
                              "nullable": True},
-        "rate_limit_key": {"type": "string", "enum": ["ip", "ip+host"], "nullable": True},
+        "rate_limit_key": {"type": "string", "enum": ["ip", "ip+host", None], "nullable": True},  # 3.0: null listed
     },
 }
 _POLICY_VIEW = {
