@@ -164,8 +164,10 @@ class Arbiter:
         code = 1
         try:
             signal.set_wakeup_fd(-1)
-            if role != "mgmt" and self.mgmt_sock is not None:
-                self.mgmt_sock.close()
+            if role != "mgmt":
+                self.mgmt_secret = b""  # only the management process needs it
+                if self.mgmt_sock is not None:
+                    self.mgmt_sock.close()
             for sig in HANDLED_SIGNALS:
                 signal.signal(sig, signal.SIG_IGN if sig == signal.SIGUSR1 else signal.SIG_DFL)
             os.close(self.sig_r)
@@ -460,6 +462,8 @@ class Arbiter:
             return
         if new_cfg.shm != self.cfg.shm:
             event("reload_note", "warning", reason="[shm] sizes apply at the next restart")
+        if new_cfg.listen.mgmt != self.cfg.listen.mgmt:
+            event("reload_note", "warning", reason="listen.mgmt applies at the next restart")
         sources_changed = new_cfg.sources != self.cfg.sources
         self.cfg = new_cfg
         self.workers_wanted = wanted

@@ -2,13 +2,15 @@
 socket the supervisor bound once at start.
 
 The socket outlives this process: while a crashed or SIGKILLed mgmt process is respawned, connections wait in
-the kernel's accept queue instead of being refused, and no port race can steal the address. The process reads
+the kernel's accept queue instead of being refused, and no port race can steal the address. Used ``jti`` values
+live in shared memory too, so a replay stays refused across a respawn. The process reads
 shared memory only and runs at a lower CPU priority than the workers: a busy dashboard never slows traffic.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 
 import uvicorn
@@ -32,13 +34,15 @@ class MgmtProcess:
         self.secret = secret
 
     def run(self) -> int:
+        signal.signal(signal.SIGQUIT, lambda *_: os._exit(0))  # "stop now" from the supervisor: no core dump
         try:
             os.nice(NICE)
         except OSError:
             pass
         policy = PolicyAdmin(self.cfg.policy, self.cfg.tls.state_dir, self.shared.policy_reader(),
                              self.shared.policy_writer())
-        app = MgmtApp(self.cfg, self.shared, Verifier(self.secret, self.cfg.mgmt), policy).starlette()
+        verifier = Verifier(self.secret, self.cfg.mgmt, jtis=self.shared.jti_tracker())
+        app = MgmtApp(self.cfg, self.shared, verifier, policy).starlette()
         config = uvicorn.Config(
             app,
             http="httptools",

@@ -94,3 +94,19 @@ def test_jti_tracker_drops_expired_entries_early():
     t.use("old", now - 100, now)
     t.use("new", now + 100, now)
     assert len(t) == 1
+
+
+def test_shared_jti_tracker_is_a_bounded_fifo_that_survives_its_process():
+    import mmap
+
+    from sentin8.shm.jti import SharedJtiTracker, region_bytes
+
+    mm = mmap.mmap(-1, region_bytes(4), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    t = SharedJtiTracker(memoryview(mm), capacity=4)
+    for j in "abcde":
+        assert t.use(j, 2e9, 0)
+    assert not t.use("e", 2e9, 0) and len(t) == 4
+    again = SharedJtiTracker(memoryview(mm), capacity=4)  # a respawned process rebuilds its index from shm
+    assert not again.use("b", 2e9, 0) and not again.use("e", 2e9, 0)
+    assert again.use("a", 2e9, 0)  # the oldest was overwritten
+    assert again.use("f", 2e9, 0) and len(again) == 4

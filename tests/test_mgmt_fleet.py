@@ -163,11 +163,13 @@ def test_bad_policy_input_gets_422_naming_the_field(fleet):
     assert view["overlay"] == {} and view["effective"]["waf"] is False
 
 
-def test_mgmt_process_is_respawned_and_serves_again_within_a_second(fleet):
+def test_mgmt_process_is_respawned_serves_again_within_a_second_and_remembers_jtis(fleet):
     url = fleet.mgmt_url
     wait_until(lambda: mc.call(url, "GET", "/health")[0] == 200, 10, what="mgmt up")
     old = mgmt_pid(fleet)
     assert old is not None
+    admin = mc.token(fleet.secret, scope="policy-admin")
+    assert mc.call(url, "PUT", "/policy", admin, {"waf": True})[0] == 200
     time.sleep(5.5)  # past STABLE_AFTER_S: a process that lived this long comes back without backoff
     os.kill(old, signal.SIGKILL)
     t0 = time.monotonic()
@@ -178,6 +180,7 @@ def test_mgmt_process_is_respawned_and_serves_again_within_a_second(fleet):
     assert back < 1.0, f"mgmt back after {back:.2f}s"
     new = mgmt_pid(fleet)
     assert new is not None and new != old
+    assert mc.call(url, "PUT", "/policy", admin, {"waf": False})[0] == 401  # used jti values live in shm
 
 
 def _boot(tmp_path, secret: str | None, mgmt: str = "127.0.0.1:0") -> subprocess.CompletedProcess:

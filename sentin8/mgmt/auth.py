@@ -15,6 +15,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import jwt
 
@@ -88,6 +89,10 @@ class AuthError(Exception):
         self.reason = reason
 
 
+class JtiStore(Protocol):
+    def use(self, jti: str, exp: float, now: float) -> bool: ...  # False = seen before (a replay)
+
+
 class JtiTracker:
     """One-use ``jti`` values, bounded: the oldest is forgotten first once ``capacity`` are held.
 
@@ -134,14 +139,14 @@ class Verifier:
     """Checks a request's credentials against the rules above; raises AuthError, returns a Principal."""
 
     def __init__(self, secret: bytes, cfg: Mgmt, clock: Callable[[], float] = time.time,
-                 jtis: JtiTracker | None = None) -> None:
+                 jtis: JtiStore | None = None) -> None:
         if len(secret) < MIN_SECRET_BYTES:
             raise ValueError("secret too short")
         self._secret = secret
         self.audience = cfg.jwt_audience
         self.issuer = cfg.jwt_issuer
         self.clock = clock
-        self.jtis = jtis if jtis is not None else JtiTracker()
+        self.jtis: JtiStore = jtis if jtis is not None else JtiTracker()  # the mgmt process passes shm's
 
     def decode(self, token: str) -> Principal:
         """Signature and claims, without scope or replay checks."""

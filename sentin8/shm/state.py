@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..config import Config
 from . import counters, snapshot
 from . import fleet as fleet_state
+from . import jti as jti_region
 from . import policy as policy_region
 from .ratelimit import BucketTable
 from .ratelimit import region_bytes as ratelimit_bytes
@@ -25,6 +26,7 @@ class SharedState:
         self.region.reserve("ratelimit", ratelimit_bytes(self.ratelimit_slots))
         self.region.reserve("policy", policy_region.region_bytes())
         self.region.reserve("fleet", fleet_state.region_bytes())
+        self.region.reserve("jti", jti_region.region_bytes())
         self.region.allocate()
         self.ratelimit_lock_fd = BucketTable.make_lock_fd()
 
@@ -54,3 +56,7 @@ class SharedState:
 
     def fleet(self) -> fleet_state.FleetState:
         return fleet_state.FleetState(self.region.view("fleet"))
+
+    def jti_tracker(self) -> jti_region.SharedJtiTracker:
+        """For the management process only (the one writer)."""
+        return jti_region.SharedJtiTracker(self.region.view("jti"))
