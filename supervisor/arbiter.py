@@ -92,6 +92,13 @@ class Arbiter:
         inherits it), and its JWT secret is checked here too."""
         from workers.listener import bind_reuseport
 
+        if self.cfg.listen.mgmt:  # a config error like the others: before anything binds
+            from sentin8.mgmt.auth import load_secret
+
+            try:
+                self.mgmt_secret = load_secret(self.cfg.mgmt, os.environ)
+            except ConfigError as exc:
+                return str(exc)
         for key, address in (("listen.https", self.cfg.listen.https), ("listen.http", self.cfg.listen.http)):
             if not address:
                 continue
@@ -100,12 +107,6 @@ class Arbiter:
             except OSError as exc:
                 return f"{key}: cannot listen on {address}: {exc.strerror}"
         if self.cfg.listen.mgmt:
-            from sentin8.mgmt.auth import load_secret
-
-            try:
-                self.mgmt_secret = load_secret(self.cfg.mgmt, os.environ)
-            except ConfigError as exc:
-                return str(exc)
             try:
                 self.mgmt_sock = bind_reuseport(self.cfg.listen.mgmt, "listen.mgmt", backlog=1024, reuseport=False)
             except OSError as exc:

@@ -263,3 +263,26 @@ def test_schemathesis_finds_no_server_error(fleet, tmp_path):
     assert "No issues found" in done.stdout and " 0 generated" not in done.stdout
     assert fleet.events("policy_changed")  # the hook's fresh tokens let valid changes through, not only 401s
     assert fleet.proc.poll() is None and not fleet.events("child_died")  # nothing crashed
+
+
+def test_mappings_endpoint_at_100k_hostnames(fleet_factory, web):
+    names = 100_000
+    body = BODY.format(port=web.port) + "".join(
+        f'[[domains]]\nhostname = "app{i}.env{i % 97}.apps.test"\nservice = "web"\n' for i in range(names))
+    fleet = fleet_factory(body, mgmt=True)
+    url, tok = fleet.mgmt_url, mc.token(fleet.secret, scope="proxy:mappings:read")
+    wait_until(lambda: mc.get_json(url, "/health")[1].get("mappings") == names + 2, 30, 0.2, what="100k published")
+    t0 = time.monotonic()
+    status, first = mc.get_json(url, "/mappings", tok)
+    cold = time.monotonic() - t0
+    timings = []
+    for query in ("/mappings?offset=90000&limit=1000", "/mappings?host=app99999.", "/mappings?service=web&limit=10"):
+        t0 = time.monotonic()
+        status, page = mc.get_json(url, query, tok)
+        timings.append(time.monotonic() - t0)
+        assert status == 200
+    print(f"/mappings at 100k: first call (decode + index) {cold * 1000:.0f} ms, then"
+          f" {', '.join(f'{t * 1000:.0f}' for t in timings)} ms")
+    assert first["total"] == names + 2 and len(first["mappings"]) == 1000
+    assert page["total"] == names + 2 and len(page["mappings"]) == 10
+    assert max(timings) < 1.0 and cold < 3.0  # generous: a shared 2-core box

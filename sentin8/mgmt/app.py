@@ -116,12 +116,23 @@ class MgmtApp:
     def table(self) -> routing.RoutingTable | None:
         return self.routes.current()
 
+    def tls_health(self) -> dict[str, Any]:
+        """The TLS edge's part of /health. Issue #13 fills it from shared memory (certificates present but
+        rejected, nearest expiry); empty until then. It never changes the status code by itself."""
+        return {}
+
+    def service_stats(self) -> dict[str, dict[str, Any]]:
+        """Per-service figures for /stats and the dashboard, once the counters carry them (issue #9): per service
+        ``requests``, ``status_2xx``..``status_5xx`` and ``latency_buckets_ms`` like the fleet's. Empty until then:
+        the dashboard shows one row of fleet totals."""
+        return {}
+
     # ---- endpoints -----------------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
         totals = self.counters.total()
         code, body = views.health(self.table(), self.fleet.state, self.fleet.workers_listening, totals,
-                                  self.clock(), VERSION)
+                                  self.clock(), VERSION, tls=self.tls_health())
         return JSONResponse(body, status_code=code, headers={"Cache-Control": "no-store"})
 
     async def backends(self, request: Request, _: auth.Principal) -> Response:
@@ -141,7 +152,8 @@ class MgmtApp:
 
     async def stats(self, request: Request, _: auth.Principal) -> Response:
         totals = self.counters.total()
-        body = views.stats(totals, self.clock(), latency_buckets=views.latency_buckets(totals))
+        body = views.stats(totals, self.clock(), services=self.service_stats(),
+                           latency_buckets=views.latency_buckets(totals))
         table = self.table()
         body["stale"] = bool(table is not None and table.stale)
         body["fleet_state"] = self.fleet.state
