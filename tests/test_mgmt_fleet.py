@@ -159,6 +159,9 @@ def test_bad_policy_input_gets_422_naming_the_field(fleet):
         status, _, raw = mc.call(url, "PUT", "/policy", mc.token(fleet.secret, scope="policy-admin"), body)
         assert status == 422, body
         assert json.loads(raw)["field"] == field
+    status, _, raw = mc.call(url, "PUT", "/policy", mc.token(fleet.secret, scope="policy-admin"),
+                             {"waf": True, "pad": "x" * 20_000})
+    assert status == 413 and json.loads(raw)["field"] == "body"
     status, view = mc.get_json(url, "/policy", mc.token(fleet.secret, scope="policy-admin"))
     assert view["overlay"] == {} and view["effective"]["waf"] is False
 

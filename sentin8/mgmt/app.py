@@ -32,6 +32,7 @@ from .dashboard import DASHBOARD_HTML
 from .openapi import openapi_document
 from .policy_admin import PolicyAdmin
 
+MAX_BODY_BYTES = 16_384
 _QUERY_TOKEN_NAMES = {"access_token", "token", "jwt", "id_token", "bearer"}
 _JWT_SHAPE = re.compile(r"^eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*$")
 
@@ -174,9 +175,13 @@ class MgmtApp:
         return JSONResponse(self.policy.get())
 
     async def policy_put(self, request: Request, principal: auth.Principal) -> Response:
-        raw = await request.body()
+        raw = bytearray()
+        async for chunk in request.stream():  # a policy body is ~100 bytes: never buffer more than the cap
+            raw += chunk
+            if len(raw) > MAX_BODY_BYTES:
+                return _error(413, "too_large", f"the body is over {MAX_BODY_BYTES} bytes", field="body")
         try:
-            body = json.loads(raw) if raw else None
+            body = json.loads(bytes(raw)) if raw else None
         except (ValueError, UnicodeDecodeError):
             raise OverlayError("body", "not valid JSON") from None
         view, changes = self.policy.change(body)

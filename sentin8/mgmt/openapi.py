@@ -151,6 +151,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                         "requestBody": {"required": True,
                                         "content": {"application/json": {"schema": _POLICY_CHANGE}}},
                         "responses": {**policy_responses,
+                                      "413": _json(_ERROR, "body over 16 KiB"),
                                       "422": _json(_ERROR, "invalid input (field named)")}},
                 "delete": {"summary": "Back to the config file's values",
                            "security": _secured(SCOPE_POLICY), "responses": policy_responses},
