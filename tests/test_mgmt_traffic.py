@@ -179,7 +179,7 @@ def test_killing_mgmt_under_load_costs_no_client_error(external_host, fleet_fact
     threads = [threading.Thread(target=load, daemon=True) for _ in range(4)]
     for t in threads:
         t.start()
-    time.sleep(5.5)  # the mgmt process is "stable": respawned without backoff
+    wait_until(lambda: len(outcomes) >= 50, 15, what="traffic flowing")
     pids = [p for p, title in fleet.children().items() if title.endswith(": mgmt")]
     assert len(pids) == 1
     before = len(outcomes)
