@@ -422,6 +422,8 @@ class Arbiter:
                     self._stop_support()
                 continue
             if child.retiring:
+                if child.role == "mgmt":
+                    self._spawn_mgmt()  # reloaded: requests waited in the kept socket's accept queue
                 continue
             if pid in self.replacing:  # a replacement died before it listened: stop the rolling reload
                 self.replacing.pop(pid)
@@ -472,7 +474,7 @@ class Arbiter:
             if child.role == "resolver":
                 self._kill(child.pid, signal.SIGTERM if sources_changed else signal.SIGHUP)
             elif child.role == "mgmt":
-                self._kill(child.pid, signal.SIGTERM)  # respawned at once with the new config
+                self._retire(child.pid)  # its successor starts when it exits (one jti writer at a time)
             elif child.role == "worker" and child.index >= wanted and not child.retiring:
                 self._retire(child.pid)
         event("reload_start", workers=wanted)

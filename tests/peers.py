@@ -237,11 +237,9 @@ class Fleet:
         limits: str = "",
         nofile: int | None = None,
         mgmt: bool = False,
-        env: dict[str, str] | None = None,
-        wait_ready: bool = True,
     ) -> None:
         """``mgmt``: run the management API on a free loopback port (``mgmt_url``) with a fresh secret
-        (``secret``); otherwise ``listen.mgmt = ""``. ``env``: extra environment for the fleet."""
+        (``secret``); otherwise ``listen.mgmt = ""``."""
         self.workdir = workdir
         self.port = free_port(host)
         self.secret = secrets.token_urlsafe(36)
@@ -276,11 +274,9 @@ state_dir = "{workdir}/state"
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "SENTIN8_MGMT_JWT_SECRET": self.secret, **(env or {})},
+            env={**os.environ, "SENTIN8_MGMT_JWT_SECRET": self.secret},
             preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))) if nofile else None,
         )
-        if not wait_ready:
-            return
         wait_until(lambda: self.saw("ready") or self.proc.poll() is not None, 20, what="fleet ready")
         if self.proc.poll() is not None:
             raise AssertionError(f"fleet exited {self.proc.returncode}:\n{self.output()}")

@@ -288,3 +288,17 @@ def test_mappings_endpoint_at_100k_hostnames(fleet_factory, web):
     assert first["total"] == names + 2 and len(first["mappings"]) == 1000
     assert page["total"] == names + 2 and len(page["mappings"]) == 10
     assert max(timings) < 1.0 and cold < 3.0  # generous: a shared 2-core box
+
+
+def test_reload_restarts_mgmt_with_the_new_config(fleet):
+    url = fleet.mgmt_url
+    wait_until(lambda: mc.call(url, "GET", "/health")[0] == 200, 10, what="mgmt up")
+    old = mgmt_pid(fleet)
+    with open(fleet.config, "a") as fh:
+        fh.write("\n[policy]\nwaf = true\n")
+    fleet.signal(signal.SIGHUP)
+    admin = mc.token(fleet.secret, scope="policy-admin")
+    wait_until(lambda: mc.get_json(url, "/policy", admin)[1]["config"]["waf"] is True, 15, 0.1,
+               what="mgmt on the new config")
+    assert mgmt_pid(fleet) not in (None, old)
+    assert not [e for e in fleet.events("child_died") if e.get("child") == "mgmt"]  # a planned restart
