@@ -99,7 +99,12 @@ class Arbiter:
                 self.mgmt_secret = load_secret(self.cfg.mgmt, os.environ)
             except ConfigError as exc:
                 return str(exc)
-        for key, address in (("listen.https", self.cfg.listen.https), ("listen.http", self.cfg.listen.http)):
+        listen = self.cfg.listen
+        for key, address in (
+            ("listen.https", listen.https),
+            ("listen.http", listen.http),
+            ("listen.internal_l4", listen.internal_l4),
+        ):
             if not address:
                 continue
             try:

@@ -237,6 +237,7 @@ class Fleet:
         limits: str = "",
         nofile: int | None = None,
         mgmt: bool = False,
+        listen_extra: str = "",
     ) -> None:
         """``mgmt``: run the management API on a free loopback port (``mgmt_url``) with a fresh secret
         (``secret``); otherwise ``listen.mgmt = ""``."""
@@ -253,6 +254,7 @@ class Fleet:
 https = "{host}:{self.port}"
 http = "{http}"
 mgmt = "{mgmt_listen}"
+{listen_extra}
 [fleet]
 workers = {workers}
 drain_timeout_s = 10

@@ -118,9 +118,9 @@ class MgmtApp:
         return self.routes.current()
 
     def tls_health(self) -> dict[str, Any]:
-        """The TLS edge's part of /health. Issue #13 fills it from shared memory (certificates present but
-        rejected, nearest expiry); empty until then. It never changes the status code by itself."""
-        return {}
+        """The TLS edge's part of /health (certificates present but rejected, ticket rotation), from shared
+        memory. It never changes the status code by itself: a rejected certificate still serves bootstrap."""
+        return self.shared.tls_health()
 
     def service_stats(self) -> dict[str, dict[str, Any]]:
         """Per-service figures for /stats and the dashboard, once the counters carry them (issue #9): per service

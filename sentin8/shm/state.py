@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..config import Config
-from . import counters, snapshot
+from ..ticketkeys import TicketKeyRing
+from . import certreport, counters, snapshot
 from . import fleet as fleet_state
 from . import jti as jti_region
 from . import policy as policy_region
@@ -27,7 +28,12 @@ class SharedState:
         self.region.reserve("policy", policy_region.region_bytes())
         self.region.reserve("fleet", fleet_state.region_bytes())
         self.region.reserve("jti", jti_region.region_bytes())
+        self.region.reserve("ticketkeys", TicketKeyRing.REGION_BYTES)
+        self.region.reserve("certreport", certreport.region_bytes(worker_slots))
         self.region.allocate()
+        self.ticket_key_rotation_s = cfg.tls.ticket_key_rotation_s
+        # Built before the supervisor forks: every worker, respawned ones too, seals tickets with these keys.
+        self.ticket_keys().seed()
         self.ratelimit_lock_fd = BucketTable.make_lock_fd()
 
     def snapshot_writer(self) -> snapshot.SnapshotWriter:
@@ -60,3 +66,23 @@ class SharedState:
     def jti_tracker(self) -> jti_region.SharedJtiTracker:
         """For the management process only (the one writer)."""
         return jti_region.SharedJtiTracker(self.region.view("jti"))
+
+    def ticket_keys(self) -> TicketKeyRing:
+        return TicketKeyRing(self.region.view("ticketkeys"), self.ticket_key_rotation_s)
+
+    def cert_report_writer(self, slot: int) -> certreport.CertReportWriter:
+        return certreport.CertReportWriter(self.region.view("certreport"), slot)
+
+    def rejected_certificates(self) -> dict[str, dict[str, object]]:
+        """Store certificates present but rejected, per store directory name, with the reason: for /health."""
+        return certreport.read_rejected(self.region.view("certreport"), self.worker_slots)
+
+    def tls_health(self) -> dict[str, object]:
+        """The ``tls`` field of ``GET /health`` (no secrets): store certificates present but rejected, with
+        the reason each worker found, and the session-ticket rotation period the fleet runs with."""
+        rejected = self.rejected_certificates()
+        return {
+            "certificates_rejected": len(rejected),
+            "rejected": rejected,
+            "ticket_key_rotation_s": self.ticket_key_rotation_s,
+        }
