@@ -110,3 +110,14 @@ def test_shared_jti_tracker_is_a_bounded_fifo_that_survives_its_process():
     assert not again.use("b", 2e9, 0) and not again.use("e", 2e9, 0)
     assert again.use("a", 2e9, 0)  # the oldest was overwritten
     assert again.use("f", 2e9, 0) and len(again) == 4
+
+
+def test_every_refusal_reason_has_a_counter():
+    import inspect
+    import re as _re
+
+    from sentin8.mgmt import auth
+
+    raised = set(_re.findall(r'AuthError\(40[13], "([a-z_]+)"\)', inspect.getsource(auth)))
+    mapped = {reason for _, reason in auth._REASONS} | {"invalid"}
+    assert raised | mapped <= set(auth.REFUSAL_REASONS)

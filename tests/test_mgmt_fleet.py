@@ -108,6 +108,11 @@ def test_token_matrix(fleet):
         assert refusals.get(reason, 0) >= 1, (reason, refusals)
     assert good not in fleet.output() and good.split(".")[2] not in fleet.output()
     assert len(fleet.events("mgmt_auth_refused")) == sum(refusals.values())
+    # counted in shared memory: a respawned mgmt process still reports them
+    os.kill(mgmt_pid(fleet), signal.SIGKILL)
+    wait_until(lambda: mc.call(url, "GET", "/health")[0] == 200, 10, what="mgmt back")
+    _, again = mc.get_json(url, "/stats", mc.token(secret, scope="proxy:stats:read"))
+    assert again["auth_refusals"] == refusals
 
 
 def test_health_backends_and_mappings(fleet, web):
@@ -118,6 +123,7 @@ def test_health_backends_and_mappings(fleet, web):
     assert health["instances"] == {"Active": 1, "Draining": 1}
     assert health["workers"] == 2 and health["active_connections"] == 0
     assert health["snapshot_age_s"] is not None and health["snapshot_age_s"] >= 0
+    assert health["tls"]["certificates_rejected"] == 0  # the TLS edge's part (issue 13)
     tok = mc.token(fleet.secret)
     status, backends = mc.get_json(url, "/backends", tok)
     rows = {r["id"]: r for r in backends["services"]["web"]}

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from importlib import metadata
 from typing import Any
@@ -82,7 +81,7 @@ class MgmtApp:
         self.counters = shared.counter_reader()
         self.suspects = shared.suspects()
         self.fleet = shared.fleet()
-        self.refusals: Counter[str] = Counter()
+        self.refusals = shared.mgmt_refusals()
         self._mappings: tuple[object, views.MappingIndex] | None = None
 
     # ---- the gate ------------------------------------------------------------------------------------
@@ -95,7 +94,7 @@ class MgmtApp:
                     request.headers.get("authorization"), _query_has_token(request), scope, changes_state
                 )
             except auth.AuthError as exc:
-                self.refusals[exc.reason] += 1
+                self.refusals.inc(exc.reason)
                 client = request.client.host if request.client else ""
                 event("mgmt_auth_refused", "warning", reason=exc.reason, status=exc.status,
                       method=request.method, path=request.url.path, client=client)
@@ -158,7 +157,7 @@ class MgmtApp:
         table = self.table()
         body["stale"] = bool(table is not None and table.stale)
         body["fleet_state"] = self.fleet.state
-        body["auth_refusals"] = dict(self.refusals)
+        body["auth_refusals"] = self.refusals.read()
         body["workers"] = self._per_worker()
         return JSONResponse(body)
 

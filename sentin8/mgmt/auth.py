@@ -32,6 +32,12 @@ SCOPE_MAPPINGS = "proxy:mappings:read"
 SCOPE_STATS = "proxy:stats:read"
 SCOPE_POLICY = "policy-admin"
 ALL_SCOPES = (SCOPE_BACKENDS, SCOPE_MAPPINGS, SCOPE_STATS, SCOPE_POLICY)
+# every AuthError reason, for counting ("other" catches one this list forgot)
+REFUSAL_REASONS = (
+    "missing", "not_bearer", "token_in_query", "malformed", "bad_algorithm", "bad_signature", "expired",
+    "not_yet_valid", "bad_audience", "bad_issuer", "missing_claim", "bad_scope_claim", "invalid", "scope", "replay",
+    "other",
+)
 
 
 def load_secret(cfg: Mgmt, environ: Mapping[str, str]) -> bytes:
