@@ -34,9 +34,10 @@ class PolicyWriter:
 class PolicyReader:
     def __init__(self, view: memoryview) -> None:
         self._reader = snapshot.SnapshotReader(view, CAPACITY)
+        self.generation_word = view[:8].cast("Q")  # [0] is the seqlock's generation: the per-request check
 
     def generation(self) -> int:
-        return self._reader.generation()
+        return self.generation_word[0]
 
     def read(self) -> tuple[int, runtime_policy.Overlay]:
         """(generation, overlay); generation 0 and an empty overlay when nothing was ever published."""
@@ -55,6 +56,7 @@ class PolicyCache(Generic[T]):
 
     def __init__(self, reader: PolicyReader, base: Policy, build: Callable[[Policy], T]) -> None:
         self._reader = reader
+        self._word = reader.generation_word
         self._base = base
         self._build = build
         self._gen = -1
@@ -62,8 +64,7 @@ class PolicyCache(Generic[T]):
         self.rebuilds = 0
 
     def current(self) -> T:
-        gen = self._reader.generation()
-        if gen != self._gen or self._value is None:
+        if self._word[0] != self._gen or self._value is None:
             gen, overlay = self._reader.read()
             self._value = self._build(runtime_policy.effective(self._base, overlay))
             self._gen = gen
