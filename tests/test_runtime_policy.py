@@ -60,16 +60,18 @@ def test_persistence_round_trip_and_bad_file(tmp_path):
 
 def test_cache_rebuilds_only_when_the_generation_moves():
     reader, writer = region()
-    built: list[Policy] = []
-    cache = shm_policy.PolicyCache(reader, Policy(), lambda p: built.append(p) or p)
-    assert cache.current().rate_limit is False
+    base = Policy()
+    cache = shm_policy.PolicyCache(reader, base)
+    assert cache.current() is base  # nothing published: the config file's values
+    writer.publish(rp.Overlay())
+    first = cache.current()
     for _ in range(100):
-        cache.current()
+        assert cache.current() is first
     assert cache.rebuilds == 1
     writer.publish(rp.Overlay(rate_limit=True))
-    assert cache.current().rate_limit is True and cache.rebuilds == 2
-    cache.current()
-    assert cache.rebuilds == 2
+    changed = cache.current()
+    assert changed.rate_limit is True and changed is not first and cache.rebuilds == 2
+    assert cache.current() is changed and cache.rebuilds == 2
 
 
 def test_admin_persists_then_publishes_and_resets(tmp_path):

@@ -11,7 +11,6 @@ from sentin8 import tls
 from sentin8.config import Config
 from sentin8.policy import EdgePolicy
 from sentin8.routing import Instance, Route
-from sentin8.shm.policy import PolicyCache
 
 from .l7_bridge import RequestInfo
 from .tls_layer import TLSClientProtocol
@@ -22,11 +21,12 @@ if TYPE_CHECKING:
 
 
 class WorkerL7Context:
-    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop, policy: PolicyCache[EdgePolicy]) -> None:
+    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop, policy: EdgePolicy) -> None:
         self.worker = worker
         self.cfg: Config = worker.cfg
         self.counters = worker.counters
-        self.edge_policy = policy  # rebuilt only when the runtime overlay's generation moves
+        self.edge_policy = policy
+        self.policy_values = worker.policy_values
         self.pool = UpstreamPool.from_config(loop, self.cfg)
         up = self.cfg.upstream
         self._upstream_ctx = None
@@ -53,7 +53,10 @@ class WorkerL7Context:
         self.counters.add_gauge("active_connections", delta)
 
     def policy(self, request: RequestInfo) -> int | None:
-        verdict = self.edge_policy.current().check(request.client_ip, request.host, request.target)
+        values = self.policy_values.current()  # one shared read; a new object only after a runtime change
+        if values is not self.edge_policy.cfg:
+            self.edge_policy.cfg = values  # EdgePolicy reads its values from .cfg at decision time
+        verdict = self.edge_policy.check(request.client_ip, request.host, request.target)
         if verdict is None:
             return None
         status, counter = verdict

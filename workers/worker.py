@@ -62,9 +62,9 @@ class Worker:
         self.selector = Selector(shared.suspects(), cfg.sources.health_fresh_s, cfg.sources.suspect_ttl_s)
         self.classifier = Classifier(cfg.network.internal_cidrs)
         self.pipes = PipePool()
-        buckets = shared.buckets()
-        # the config's [policy] overlaid with the runtime overlay the management API publishes in shm
-        self.policy = PolicyCache(shared.policy_reader(), cfg.policy, lambda p: EdgePolicy(p, buckets))
+        self.policy = EdgePolicy(cfg.policy, shared.buckets())
+        # its values: the config's [policy] with the runtime overlay the management API publishes in shm on top
+        self.policy_values = PolicyCache(shared.policy_reader(), cfg.policy)
         self.cert_report = shared.cert_report_writer(slot)
         self.certs = CertStore(
             cfg.tls.cert_dir,

@@ -3,20 +3,17 @@ management process), every worker a reader.
 
 It is a small instance of the routing snapshot's seqlock double buffer (``sentin8.shm.snapshot``): same
 torn-copy guarantees, one rule in one place. A worker checks the generation word per request (one shared
-read) and rebuilds its policy only when the word moved, so a change reaches every worker at its next request.
+read) and recomputes its effective policy only when the word moved, so a change reaches every worker at its
+next request.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Generic, TypeVar
 
 from .. import runtime_policy
 from ..config import Policy
 from . import snapshot
 
 CAPACITY = 4096  # the overlay is five keys of JSON: ~150 bytes
-T = TypeVar("T")
 
 
 def region_bytes() -> int:
@@ -51,22 +48,22 @@ class PolicyReader:
             return gen, runtime_policy.Overlay()  # only our own writer writes here: unreachable in practice
 
 
-class PolicyCache(Generic[T]):
-    """A worker's effective policy object, rebuilt by ``build`` only when the overlay's generation moved."""
+class PolicyCache:
+    """A worker's effective ``[policy]`` (config file + runtime overlay), rebuilt only when the overlay's
+    generation moved: the same object otherwise, so a caller can tell a change by identity."""
 
-    def __init__(self, reader: PolicyReader, base: Policy, build: Callable[[Policy], T]) -> None:
+    def __init__(self, reader: PolicyReader, base: Policy) -> None:
         self._reader = reader
         self._word = reader.generation_word
         self._base = base
-        self._build = build
-        self._gen = -1
-        self._value: T | None = None
+        self._gen = 0  # generation 0 = nothing published: the config file's values
+        self._value = base
         self.rebuilds = 0
 
-    def current(self) -> T:
-        if self._word[0] != self._gen or self._value is None:
+    def current(self) -> Policy:
+        if self._word[0] != self._gen:
             gen, overlay = self._reader.read()
-            self._value = self._build(runtime_policy.effective(self._base, overlay))
+            self._value = runtime_policy.effective(self._base, overlay)
             self._gen = gen
             self.rebuilds += 1
         return self._value
