@@ -15,11 +15,20 @@ import tempfile
 from typing import Any
 
 import msgspec
+import msgspec.inspect
 
 from .config import Policy
 
 FILE_NAME = "runtime-policy.json"
-RATE_KEYS = ("ip", "ip+host")
+
+
+def _literal_values(struct: type, name: str) -> tuple[str, ...]:
+    """The values a config Literal field accepts: the overlay follows the config file's own type."""
+    field = next(f for f in msgspec.inspect.type_info(struct).fields if f.name == name)
+    return tuple(field.type.values)
+
+
+RATE_KEYS = _literal_values(Policy, "rate_limit_key")
 RPS_MAX = 1_000_000.0
 
 
@@ -72,7 +81,7 @@ def validate_changes(body: Any) -> dict[str, Any]:
             out[field] = value
         elif field == "rate_limit_key":
             if value not in RATE_KEYS:
-                raise OverlayError(field, "must be \"ip\" or \"ip+host\"")
+                raise OverlayError(field, "must be one of " + ", ".join(f'"{k}"' for k in RATE_KEYS))
             out[field] = value
         else:
             out[field] = _positive(field, value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runtime_policy import RATE_KEYS
 from .auth import SCOPE_BACKENDS, SCOPE_MAPPINGS, SCOPE_POLICY, SCOPE_STATS
 
 _NUM = {"type": "number"}
@@ -22,7 +23,7 @@ _POLICY_VALUES = {
         "rate_limit": {"type": "boolean"},
         "rate_limit_rps": _NUM,
         "rate_limit_burst": _NUM,
-        "rate_limit_key": {"type": "string", "enum": ["ip", "ip+host"]},
+        "rate_limit_key": {"type": "string", "enum": list(RATE_KEYS)},
     },
 }
 _POLICY_CHANGE = {
@@ -37,7 +38,7 @@ _POLICY_CHANGE = {
                            "nullable": True},
         "rate_limit_burst": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 1000000,
                              "nullable": True},
-        "rate_limit_key": {"type": "string", "enum": ["ip", "ip+host", None], "nullable": True},  # 3.0: null listed
+        "rate_limit_key": {"type": "string", "enum": [*RATE_KEYS, None], "nullable": True},  # 3.0: null listed
     },
 }
 _POLICY_VIEW = {
