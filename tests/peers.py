@@ -238,11 +238,15 @@ class Fleet:
         nofile: int | None = None,
         mgmt: bool = False,
         listen_extra: str = "",
+        fleet: str = "",
+        port: int | None = None,
+        args: tuple[str, ...] = (),
     ) -> None:
         """``mgmt``: run the management API on a free loopback port (``mgmt_url``) with a fresh secret
-        (``secret``); otherwise ``listen.mgmt = ""``."""
+        (``secret``); otherwise ``listen.mgmt = ""``. ``fleet``: more keys of the [fleet] section; ``port``: share
+        another fleet's port (with ``args=("--beside-running-fleet",)``)."""
         self.workdir = workdir
-        self.port = free_port(host)
+        self.port = port or free_port(host)
         self.secret = secrets.token_urlsafe(36)
         self.mgmt_port = free_port() if mgmt else 0
         self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}" if mgmt else ""
@@ -257,7 +261,7 @@ mgmt = "{mgmt_listen}"
 {listen_extra}
 [fleet]
 workers = {workers}
-drain_timeout_s = 10
+{fleet or "drain_timeout_s = 10"}
 [limits]
 peek_timeout_s = 2
 {limits}
@@ -271,7 +275,7 @@ state_dir = "{workdir}/state"
         self.log_path = os.path.join(workdir, "proxy.log")
         self.log = open(self.log_path, "w+")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor.cli", "run", "--config", self.config],
+            [sys.executable, "-m", "supervisor.cli", "run", "--config", self.config, *args],
             cwd=REPO,
             stdout=self.log,
             stderr=subprocess.STDOUT,
