@@ -236,7 +236,7 @@ class Fleet:
         http: str = "",
         limits: str = "",
         nofile: int | None = None,
-        mgmt: bool = False,
+        mgmt: bool | int = False,
         listen_extra: str = "",
         fleet: str = "",
         port: int | None = None,
@@ -248,7 +248,7 @@ class Fleet:
         self.workdir = workdir
         self.port = port or free_port(host)
         self.secret = secrets.token_urlsafe(36)
-        self.mgmt_port = free_port() if mgmt else 0
+        self.mgmt_port = (mgmt if mgmt is not True else free_port()) if mgmt else 0  # an int: that port
         self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}" if mgmt else ""
         mgmt_listen = f"127.0.0.1:{self.mgmt_port}" if mgmt else ""
         self.config = os.path.join(workdir, "proxy.toml")

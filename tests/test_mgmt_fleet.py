@@ -308,3 +308,23 @@ def test_reload_restarts_mgmt_with_the_new_config(fleet):
                what="mgmt on the new config")
     assert mgmt_pid(fleet) not in (None, old)
     assert not [e for e in fleet.events("child_died") if e.get("child") == "mgmt"]  # a planned restart
+
+
+def test_upgrade_beside_a_running_fleet_takes_the_mgmt_port_over(tmp_path, fleet_factory, web):
+    from tests.peers import Fleet
+
+    old = fleet_factory(BODY.format(port=web.port), mgmt=True)
+    wait_until(lambda: mc.call(old.mgmt_url, "GET", "/health")[0] == 200, 10, what="old mgmt up")
+    newdir = tmp_path / "new"
+    newdir.mkdir()
+    new = Fleet(str(newdir), BODY.format(port=web.port), 2, port=old.port, mgmt=old.mgmt_port,
+                args=("--beside-running-fleet",))
+    try:
+        assert new.saw("mgmt_deferred") and new.mgmt_url == old.mgmt_url
+        old.signal(signal.SIGTERM)
+        assert old.proc.wait(30) == 0
+        wait_until(lambda: new.saw("mgmt_listening"), 5, 0.1, what="the new fleet took the mgmt port")
+        status, _, _ = mc.call(new.mgmt_url, "GET", "/backends", mc.token(new.secret))
+        assert status == 200  # the new fleet's own secret: it is the one answering
+    finally:
+        new.stop()
