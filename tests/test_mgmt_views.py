@@ -66,3 +66,11 @@ def test_stats_exposes_histogram_in_order():
     body = views.stats(totals, 1.0, latency_buckets=views.latency_buckets(totals))
     assert body["fleet"]["requests"] == 5
     assert body["latency_buckets_ms"] == [[1.0, 2], [10.0, 2], [None, 1]]
+
+
+def test_backends_judge_freshness_on_the_registry_health_clock():
+    t = table()
+    t.health_frozen_at = 1000.0  # the registry became unreadable at 1000: heartbeats are judged then
+    body = views.backends(t, lambda i: 0, 1100.0, 30)
+    w1 = next(r for r in body["services"]["web"] if r["id"] == "w1")
+    assert w1["fresh"] is True and w1["health_age_s"] == 110.0  # fresh as workers judge it; the age is real

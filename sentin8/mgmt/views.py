@@ -92,15 +92,17 @@ def health(
 def backends(
     table: RoutingTable | None, suspect_until_us: Callable[[str], int], now: float, health_fresh_s: float
 ) -> dict[str, Any]:
-    """Per service, each instance with its state, heartbeat age, freshness (judged now, as a worker would at
-    pick time) and the seconds left on a suspect mark (null when not suspect)."""
+    """Per service, each instance with its state, heartbeat age (wall clock), freshness (exactly as a worker
+    judges it at pick time, on the registry's health clock) and the seconds left on a suspect mark (null when
+    not suspect)."""
     out: dict[str, list[dict[str, Any]]] = {}
     if table is None:
         return {"services": out}
     now_us = int(now * 1e6)
+    judged_at = table.health_clock(now)  # as workers judge: it stands still while the registry is unreadable
     for service in sorted(table.services):
         insts = table.services[service]
-        fresh_ids = {i.id for i in eligible(insts, now, health_fresh_s)}
+        fresh_ids = {i.id for i in eligible(insts, judged_at, health_fresh_s)}
         rows = []
         for inst in insts:
             until = suspect_until_us(inst.id)
