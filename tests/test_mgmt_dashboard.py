@@ -110,6 +110,7 @@ service = "web"
         third = wait_until(lambda: (v := requests_shown()) > second and v, 10, 0.2, what="still rising")
         assert first < second < third
         assert browser.execute_script("return document.getElementById('status').textContent") == "ok"
+        assert "WAF on" in browser.execute_script("return document.getElementById('t-poln').textContent")
         backends = browser.execute_script("return document.getElementById('backends').textContent")
         assert "web-1" in backends and "web-2" in backends and "billing-1" in backends
         # one more refresh for the screenshot; for docs/dashboard.png, a minute of history for the sparklines

@@ -158,6 +158,7 @@ class MgmtApp:
         body["stale"] = bool(table is not None and table.stale)
         body["fleet_state"] = self.fleet.state
         body["auth_refusals"] = self.refusals.read()
+        body["policy"] = self.policy.get()  # values only, no secret: the dashboard shows what is in force
         body["workers"] = self._per_worker()
         return JSONResponse(body)
 
