@@ -218,9 +218,17 @@ class Arbiter:
             tcp_migrate_req=migrate,
         )
         self._spawn_resolver()
+        if self.mgmt_sock is not None:
+            event("mgmt_listening", listen=self._mgmt_address())
         if self.cfg.listen.mgmt:
             self._spawn_mgmt()
         return self._loop()
+
+    def _mgmt_address(self) -> str:
+        """The bound management address (the real port when listen.mgmt asked for port 0)."""
+        assert self.mgmt_sock is not None
+        host, port = self.mgmt_sock.getsockname()[:2]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def _publish_runtime_policy(self) -> None:
         """The policy overlay the management API persisted, back in shared memory before any worker starts:
@@ -293,7 +301,7 @@ class Arbiter:
             except OSError:
                 self.respawn_at[("mgmt", 0)] = time.monotonic() + 1.0
                 return
-            event("mgmt_listening", listen=self.cfg.listen.mgmt)
+            event("mgmt_listening", listen=self._mgmt_address())
         cfg, sock = self.cfg, self.mgmt_sock
 
         def target() -> int:

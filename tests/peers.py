@@ -242,14 +242,15 @@ class Fleet:
         port: int | None = None,
         args: tuple[str, ...] = (),
     ) -> None:
-        """``mgmt``: run the management API on a free loopback port (``mgmt_url``) with a fresh secret
+        """``mgmt``: run the management API on a loopback port (``mgmt_url``; an int: that port) with a fresh secret
         (``secret``); otherwise ``listen.mgmt = ""``. ``fleet``: more keys of the [fleet] section; ``port``: share
         another fleet's port (with ``args=("--beside-running-fleet",)``)."""
         self.workdir = workdir
         self.port = port or free_port(host)
         self.secret = secrets.token_urlsafe(36)
-        self.mgmt_port = (mgmt if mgmt is not True else free_port()) if mgmt else 0  # an int: that port
-        self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}" if mgmt else ""
+        # mgmt=True: port 0, the bound port is read from the fleet's mgmt_listening event (no free-port race)
+        self.mgmt_port = 0 if mgmt is True else int(mgmt)
+        self.mgmt_url = ""
         mgmt_listen = f"127.0.0.1:{self.mgmt_port}" if mgmt else ""
         self.config = os.path.join(workdir, "proxy.toml")
         Path(self.config).write_text(
@@ -286,6 +287,10 @@ state_dir = "{workdir}/state"
         wait_until(lambda: self.saw("ready") or self.proc.poll() is not None, 20, what="fleet ready")
         if self.proc.poll() is not None:
             raise AssertionError(f"fleet exited {self.proc.returncode}:\n{self.output()}")
+        if mgmt:
+            if mgmt is True:
+                self.mgmt_port = int(self.events("mgmt_listening")[0]["listen"].rsplit(":", 1)[1])
+            self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}"
 
     def output(self) -> str:
         return Path(self.log_path).read_text()

@@ -228,7 +228,8 @@ def test_cli_against_the_running_fleet(fleet):
     env = {k: v for k, v in os.environ.items() if k not in ("SENTIN8_MGMT_TOKEN", "SENTIN8_MGMT_JWT_SECRET")}
 
     def cli(*args: str, **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "supervisor.cli", *args, "--config", fleet.config], cwd=REPO,
+        return subprocess.run([sys.executable, "-m", "supervisor.cli", *args, "--config", fleet.config,
+                               "--url", fleet.mgmt_url], cwd=REPO,
                               env={**env, **extra}, capture_output=True, text=True, timeout=30)
 
     done = cli("status")
