@@ -13,6 +13,7 @@ from sentin8.config import Config, Upstream
 from sentin8.policy import EdgePolicy
 from sentin8.routing import Instance, Route
 from sentin8.shm.counters import WorkerCounters
+from sentin8.shm.policy import PolicyCache
 
 from .l7_bridge import RequestInfo
 from .tls_layer import TLSClientProtocol
@@ -29,11 +30,13 @@ class WorkerL7Context:
         counters: WorkerCounters,
         backends: Backends,
         policy: EdgePolicy,
+        policy_values: PolicyCache,
     ) -> None:
         self.cfg = cfg
         self.counters = counters
         self.backends = backends
         self.edge_policy = policy
+        self.policy_values = policy_values
         self.pool = UpstreamPool.from_config(loop, cfg)
         self._upstream_tls = UpstreamTLS(cfg.upstream, counters.inc)
 
@@ -56,6 +59,9 @@ class WorkerL7Context:
         self.counters.add_gauge("active_connections", delta)
 
     def policy(self, request: RequestInfo) -> int | None:
+        values = self.policy_values.current()  # one shared read; a new object only after a runtime change
+        if values is not self.edge_policy.cfg:
+            self.edge_policy.cfg = values  # EdgePolicy reads its values from .cfg at decision time
         verdict = self.edge_policy.check(request.client_ip, request.host, request.target)
         if verdict is None:
             return None

@@ -28,6 +28,7 @@ from sentin8.netclass import Classifier
 from sentin8.policy import EdgePolicy
 from sentin8.routing import RoutingTable
 from sentin8.selection import Selector
+from sentin8.shm.policy import PolicyCache
 from sentin8.shm.snapshot import SnapshotCache
 from sentin8.shm.state import SharedState
 from sentin8.tls import SNIContexts
@@ -68,6 +69,8 @@ class Worker:
         self.classifier = Classifier(cfg.network.internal_cidrs)
         self.pipes = PipePool()
         self.policy = EdgePolicy(cfg.policy, shared.buckets())
+        # its values: the config's [policy] with the runtime overlay the management API publishes in shm on top
+        self.policy_values = PolicyCache(shared.policy_reader(), cfg.policy)
         self.cert_report = shared.cert_report_writer(slot)
         self.certs = CertStore(
             cfg.tls.cert_dir,
@@ -96,7 +99,7 @@ class Worker:
     async def _main(self) -> int:
         self.loop = asyncio.get_running_loop()
         self.stopped = self.loop.create_future()
-        self.l7 = WorkerL7Context(self.cfg, self.loop, self.counters, self.backends, self.policy)
+        self.l7 = WorkerL7Context(self.cfg, self.loop, self.counters, self.backends, self.policy, self.policy_values)
         self.certs.bootstrap()  # first boot generates it (once, under a file lock), not the first handshake
         https = bind_reuseport(
             self.cfg.listen.https, "listen.https", defer_accept_s=max(1, int(self.cfg.limits.peek_timeout_s))
