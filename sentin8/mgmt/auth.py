@@ -1,6 +1,6 @@
 """Management API authentication: Bearer JWT (HS256 only), scopes, one-use ``jti`` for changes. Sans-IO.
 
-The rules (issue #10, DESIGN §6/§7, after rsx-gateway): signature HS256 with a secret of at least 32 bytes;
+The rules (issue #10, ARCHITECTURE.md §6, after rsx-gateway): signature HS256 with a secret of at least 32 bytes;
 ``exp``, ``iat``, ``aud``, ``iss``, ``sub`` and ``jti`` required; ``nbf`` honoured when present; 30 s leeway at
 most; scopes from the space-separated ``scope`` claim (RFC 9068). A ``jti`` presented on a request that changes
 state is remembered in a bounded FIFO and refused the second time; reads may reuse a token until it expires.
