@@ -16,11 +16,14 @@ import uvloop
 
 from sentin8 import routing
 from sentin8.config import Config, Limits, Upstream
+from sentin8.http.framing import websocket_accept
 from sentin8.routing import Instance, Route
 from workers.l7_bridge import L7Bridge, PlainHTTPListener, RequestInfo
 from workers.upstream import UpstreamPool
 
 DEADLINE = 10.0
+WS_KEY = b"dGhlIHNhbXBsZSBub25jZQ=="  # RFC 6455's sample nonce
+WS_UPGRADE = b"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: %s\r\n" % WS_KEY
 
 
 def wait_until(pred: Callable[[], object], timeout: float = DEADLINE, what: str = "condition") -> None:
@@ -185,10 +188,14 @@ class Backend:
             send(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 100_000)
             conn.shutdown(socket.SHUT_RDWR)
             return False
-        if path == "/ws":
+        if path in ("/ws", "/ws-wrong-accept", "/ws-no-accept"):
+            accept = websocket_accept(lower.get("sec-websocket-key", "").encode())
+            if path == "/ws-wrong-accept":
+                accept = websocket_accept(b"AAAAAAAAAAAAAAAAAAAAAA==")
             send(
                 b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                b"Sec-WebSocket-Accept: x\r\n\r\n"
+                + (b"" if path == "/ws-no-accept" else b"Sec-WebSocket-Accept: %s\r\n" % accept)
+                + b"\r\n"
             )
             while True:
                 data = f.read1(65536)
@@ -256,13 +263,15 @@ class Ctx:
 class SNITransport:
     """Stands in for the TLS layer's plaintext transport: the same methods, plus the SNI."""
 
-    def __init__(self, inner: asyncio.Transport, sni: str) -> None:
+    def __init__(self, inner: asyncio.Transport, sni: str | None) -> None:
         self._inner = inner
         self._sni = sni
 
     def get_extra_info(self, name: str, default=None):
         if name == "sni":
             return self._sni
+        if name == "tls_version":
+            return "TLSv1.3"
         return self._inner.get_extra_info(name, default)
 
     def __getattr__(self, name: str):
@@ -285,6 +294,7 @@ class Proxy:
         table: routing.RoutingTable,
         cls: type[L7Bridge] = TrackingBridge,
         sni: str | None = None,
+        tls: bool = False,
         wrap: Callable[[Callable[[], asyncio.Protocol]], asyncio.Protocol] | None = None,
     ) -> None:
         self.loop = uvloop.new_event_loop()
@@ -297,7 +307,7 @@ class Proxy:
 
         def factory() -> asyncio.Protocol:
             bridge = cls(self.ctx, self.loop, None)
-            if sni is not None:
+            if sni is not None or tls:
                 made = bridge.connection_made
                 bridge.connection_made = lambda t: made(SNITransport(t, sni))  # type: ignore[method-assign]
             self.bridges.append(bridge)
@@ -890,7 +900,7 @@ def test_websocket_upgrade_becomes_raw_pipe(start, backend):
     c = proxy.client()
     c.send(
         b"GET /ws HTTP/1.1\r\nHost: shop.example.com\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-        b"Sec-WebSocket-Key: k\r\nSec-WebSocket-Version: 13\r\nX-Sentin8-User-Id: evil\r\n\r\nearly"
+        b"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\nX-Sentin8-User-Id: evil\r\n\r\nearly" % WS_KEY
     )
     r = c.response()
     assert r.status == 101 and r.header("upgrade") == "websocket"
@@ -1091,7 +1101,7 @@ def test_garbage_from_backend_is_502(start, backend):
 def test_websocket_refused_by_backend_is_a_normal_response(start, backend):
     proxy = start(make_table([backend]))
     c = proxy.client()
-    r = c.request(get("/plain", extra=b"Connection: Upgrade\r\nUpgrade: websocket\r\n"))
+    r = c.request(get("/plain", extra=WS_UPGRADE))
     assert r.status == 200 and r.header("connection") == "close"
     assert c.closed()
     settled(proxy)
@@ -1100,7 +1110,7 @@ def test_websocket_refused_by_backend_is_a_normal_response(start, backend):
 def test_websocket_backend_close_closes_client(start, backend):
     proxy = start(make_table([backend]))
     c = proxy.client()
-    r = c.request(get("/ws", extra=b"Connection: Upgrade\r\nUpgrade: websocket\r\n"))
+    r = c.request(get("/ws", extra=WS_UPGRADE))
     assert r.status == 101
     c.send(b"quit")
     assert c.closed()
@@ -1304,3 +1314,79 @@ def no_loop_errors(caplog):
     yield
     bad = [r for r in caplog.records if r.levelno >= 40 and r.name in ("sentin8.l7", "asyncio")]
     assert not bad, [r.getMessage() for r in bad]
+
+
+# --------------------------------------------------------------------------------------------------------
+# The front door (issue 12 part 4)
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line", [b"GET / RTSP/1.0", b"DESCRIBE / RTSP/1.0", b"SOURCE / ICE/1.0"])
+def test_rtsp_and_ice_request_lines_are_refused(start, backend, line):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    r = c.request(line + b"\r\nHost: shop.example.com\r\n\r\n")
+    assert r.status == 400 and c.closed()
+    assert backend.requests == []
+    settled(proxy)
+
+
+def test_rtsp_line_split_across_reads_is_refused(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(get("/ok"))
+    assert c.response().status == 200
+    for piece in (b"GET /x RT", b"SP/1.0\r\nHo", b"st: shop.example.com\r\n\r\n"):
+        c.send(piece)
+        time.sleep(0.02)  # separate reads on the proxy's side (not synchronisation: any order fails the same)
+    assert c.response().status == 400 and c.closed()
+    assert [r["target"] for r in backend.requests] == ["/ok"]
+
+
+def test_http10_without_host_gets_the_sni_as_host(start, backend):
+    proxy = start(make_table([backend]), sni="shop.example.com")
+    c = proxy.client()
+    r = c.request(b"GET /old HTTP/1.0\r\n\r\n")
+    assert r.status == 200
+    got = {k.lower(): v for k, v in r.json()["headers"]}
+    assert got["host"] == "shop.example.com" and got["x-forwarded-host"] == "shop.example.com"
+    assert got["x-sentin8-hostname"] == "shop.example.com"
+    settled(proxy)
+
+
+def test_http10_without_host_or_sni_is_400(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    r = c.request(b"GET /old HTTP/1.0\r\n\r\n")
+    assert r.status == 400 and c.closed()
+    assert backend.requests == []
+
+
+def test_tls_client_without_sni_gets_421_whatever_its_host(start, backend):
+    proxy = start(make_table([backend]), tls=True)
+    c = proxy.client()
+    r = c.request(get("/", host="shop.example.com"))
+    assert r.status == 421 and c.closed()
+    assert backend.requests == [] and proxy.counters["no_sni"] == 1
+    settled(proxy)
+
+
+def test_websocket_without_key_is_400_and_never_forwarded(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    r = c.request(get("/ws", extra=b"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"))
+    assert r.status == 400 and c.closed()
+    assert backend.requests == []
+    settled(proxy)
+
+
+@pytest.mark.parametrize("path", ["/ws-wrong-accept", "/ws-no-accept"])
+def test_websocket_101_without_the_right_accept_is_502(start, backend, path):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(get(path, extra=WS_UPGRADE) + b"GET /smuggled HTTP/1.1\r\nHost: internal\r\n\r\n")
+    r = c.response()
+    assert r.status == 502 and c.closed()
+    assert proxy.counters["websocket_bad_accept"] == 1 and proxy.counters["websocket_upgrades"] == 0
+    assert [r["target"] for r in backend.requests] == [path]  # the bytes after the head never reached it
+    settled(proxy)

@@ -33,8 +33,10 @@ from sentin8.http.framing import (
     RequestHead,
     error_response,
     request_head,
+    request_line_is_http,
     response_head,
     validate_request,
+    websocket_accept,
 )
 from sentin8.http.headers import Header, forward_headers, passthrough_headers, response_headers
 from sentin8.routing import Instance, Route
@@ -115,6 +117,7 @@ class _Request:
         "exchange",
         "head",
         "headers",
+        "line_raw",
         "reject",
         "t0",
         "trailer_bytes",
@@ -125,6 +128,7 @@ class _Request:
     def __init__(self, budget: HeaderBudget) -> None:
         self.url = b""
         self.headers: list[Header] = []
+        self.line_raw: list[bytes] = []  # bytes read while the head was incomplete: its request line is in them
         self.budget = budget
         self.head: RequestHead | None = None
         self.reject = 0  # a status to answer instead of forwarding
@@ -181,6 +185,8 @@ class L7Bridge(asyncio.Protocol):
         self._completed_in_feed = False
         self._client_ip = ""
         self._sni: str | None = None
+        self._tls = False  # the transport is the TLS layer: SNI is the routing key and must be present
+        self._feeding = b""  # the chunk being fed to the parser (a new request's line starts in it)
         self._client_cert: bytes | bool | None = False  # False = not looked up yet
         self.max_buffered = 0
 
@@ -197,6 +203,7 @@ class L7Bridge(asyncio.Protocol):
         if isinstance(sni, bytes):
             sni = sni.decode("ascii", "replace")
         self._sni = sni.lower().rstrip(".") if sni else None
+        self._tls = transport.get_extra_info("tls_version") is not None
         # The first head must arrive within the header deadline too (a silent connection is a slowloris).
         self._arm(_T_HEADER, self._header_timeout)
 
@@ -218,9 +225,12 @@ class L7Bridge(asyncio.Protocol):
             self._arm(_T_HEADER, self._header_timeout)  # the first byte of a new head
         req = self._req
         in_head = req is not None and req.head is None
+        if in_head:
+            req.line_raw.append(data)  # type: ignore[union-attr]
         self._progress = False
         self._completed_in_feed = False
         while True:
+            self._feeding = data
             try:
                 self._parser.feed_data(data)
             except httptools.HttpParserUpgrade as exc:
@@ -301,7 +311,8 @@ class L7Bridge(asyncio.Protocol):
     def on_message_begin(self) -> None:
         if self._closing or self._paused & _P_STOPPED:
             raise _Stop
-        self._req = _Request(HeaderBudget(self._max_headers, self._max_header_bytes))
+        req = self._req = _Request(HeaderBudget(self._max_headers, self._max_header_bytes))
+        req.line_raw.append(self._feeding)
         self._head_raw = 0
 
     def on_url(self, url: bytes) -> None:
@@ -336,6 +347,10 @@ class L7Bridge(asyncio.Protocol):
             raise _Stop
         self._progress = True
         p = self._parser
+        raw, req.line_raw = req.line_raw, []
+        if not request_line_is_http(raw[0] if len(raw) == 1 else b"".join(raw), p.get_method(), req.url):
+            self._reject(400)  # RTSP/1.0 or ICE/1.0: llhttp calls them 1.0, but they are not HTTP
+            raise _Stop
         try:
             req.head = validate_request(
                 p.get_method(),
@@ -715,7 +730,16 @@ class _Exchange:
         if b.acme_only and not is_acme:
             self.respond_error(404)
             return
+        if b._tls and b._sni is None:
+            # SNI is the routing key (DESIGN §3.4): a TLS client that sent none got the bootstrap certificate
+            # so that it can read this answer; it is never routed by Host alone.
+            ctx.count("no_sni")
+            self.respond_error(421)
+            return
         host = head.host or (b._sni or "")
+        if not host:
+            self.respond_error(400)  # HTTP/1.0 without Host and no SNI to stand in for it: nothing to route by
+            return
         if b._sni is not None and head.host and head.host != b._sni:
             self.respond_error(421)  # a connection is bound to the name it was opened for
             return
@@ -753,6 +777,8 @@ class _Exchange:
             framing = (b"Content-Length", b"%d" % head.content_length)
         else:
             framing = None
+        if not head.authority:
+            headers.append((b"Host", host.encode()))  # HTTP/1.0 without Host: upstream is 1.1, Host is the SNI
         self.head_bytes = request_head(head.method, head.target, headers, framing=framing)
         self._candidates = ctx.candidates(self.service)
         if not self._candidates:
@@ -1007,6 +1033,11 @@ class _Exchange:
             if status == 101:
                 if not req_head.websocket:
                     raise _Stop  # a 101 nobody asked for: a broken backend
+                if not self._accept_matches(req_head.websocket_key):
+                    # No proof the backend speaks WebSocket (RFC 6455 §4.2.2): opening the tunnel anyway is how
+                    # a client smuggles raw HTTP past the proxy's framing (WebSocket smuggling). 502.
+                    b.ctx.count("websocket_bad_accept")
+                    raise _Stop
                 self.upgrading = True
                 return
             self.interim = True
@@ -1050,6 +1081,10 @@ class _Exchange:
         if self.head_only:
             self.resp_complete = True
             raise _Stop  # httptools cannot be told a HEAD response has no body
+
+    def _accept_matches(self, key: bytes) -> bool:
+        accepts = [v for n, v in self.resp_headers if len(n) == 20 and n.lower() == b"sec-websocket-accept"]
+        return len(accepts) == 1 and accepts[0].strip(b" \t") == websocket_accept(key)
 
     def on_body(self, body: bytes) -> None:
         emit = self._emit

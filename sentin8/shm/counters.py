@@ -74,6 +74,7 @@ NAMES: tuple[str, ...] = (
     "upstream_connect_failed",
     "upstream_truncated",
     "upstream_unavailable",
+    "websocket_bad_accept",  # a 101 without the Sec-WebSocket-Accept the client's key demands: 502
     "unknown_counter",  # a name missing from this table: counted here rather than crash a connection
     # latency histogram of L7 responses (upper bounds in ms) and its sum
     "latency_le_1ms",
