@@ -96,7 +96,7 @@ class Policy(_Section):
     rate_limit: bool = False
     rate_limit_rps: float = 100
     rate_limit_burst: float = 100
-    rate_limit_key: Literal["ip", "ip+host"] = "ip"
+    rate_limit_key: Literal["ip", "ip+host", "host"] = "ip"
     max_headers: int = 100
     max_header_bytes: int = 65536
 

@@ -17,6 +17,7 @@ import uvloop
 from sentin8 import routing
 from sentin8.config import Config, Limits, Upstream
 from sentin8.http.framing import websocket_accept
+from sentin8.policy import Verdict, rate_limit_headers
 from sentin8.routing import Instance, Route
 from workers.l7_bridge import L7Bridge, PlainHTTPListener, RequestInfo
 from workers.upstream import UpstreamPool
@@ -1389,4 +1390,72 @@ def test_websocket_101_without_the_right_accept_is_502(start, backend, path):
     assert r.status == 502 and c.closed()
     assert proxy.counters["websocket_bad_accept"] == 1 and proxy.counters["websocket_upgrades"] == 0
     assert [r["target"] for r in backend.requests] == [path]  # the bytes after the head never reached it
+    settled(proxy)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Rate limiting without a handshake tax (issue 12 part 2)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _limit_paths(proxy: Proxy, *paths: bytes) -> None:
+    def policy(info: RequestInfo) -> Verdict | None:
+        if info.path in paths:
+            return Verdict(429, "policy_rate_limit", rate_limit_headers(2.0, 0), keep_alive=True)
+        return None
+
+    proxy.ctx.policy_fn = policy
+
+
+def test_429_keeps_the_connection_and_says_when_to_retry(start, backend):
+    proxy = start(make_table([backend]))
+    _limit_paths(proxy, b"/limited")
+    c = proxy.client()
+    r = c.request(get("/limited"))
+    assert r.status == 429 and r.header("connection") is None
+    assert r.header("retry-after") == "1"
+    assert r.header("ratelimit-policy") == '"edge";q=2;w=1' and r.header("ratelimit") == '"edge";r=0;t=1'
+    # the same connection serves the next request, and a small refused body is read and dropped first
+    c.send(b"POST /limited HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 5\r\n\r\nhello")
+    assert c.response().status == 429
+    assert c.request(get("/fine")).status == 200
+    assert [r["target"] for r in backend.requests] == ["/fine"]
+    assert proxy.counters["http_429"] == 2 and proxy.counters["status_4xx"] == 2
+    # a chunked body has no announced size: not worth reading, the answer closes the connection
+    c.send(b"POST /limited HTTP/1.1\r\nHost: shop.example.com\r\nTransfer-Encoding: chunked\r\n\r\n")
+    r = c.response()
+    assert r.status == 429 and r.header("connection") == "close" and c.closed()
+    settled(proxy)
+
+
+def test_429_closes_when_the_client_asked_to(start, backend):
+    proxy = start(make_table([backend]))
+    _limit_paths(proxy, b"/limited")
+    c = proxy.client()
+    r = c.request(get("/limited", extra=b"Connection: close\r\n"))
+    assert r.status == 429 and r.header("connection") == "close" and r.header("retry-after") == "1"
+    assert c.closed()
+    c2 = proxy.client()
+    r = c2.request(b"GET /limited HTTP/1.0\r\nHost: shop.example.com\r\n\r\n")
+    assert r.status == 429 and c2.closed()
+    settled(proxy)
+
+
+def test_429_with_a_large_body_closes_instead_of_reading_it(start, backend):
+    proxy = start(make_table([backend]))
+    _limit_paths(proxy, b"/limited")
+    c = proxy.client()
+    c.send(b"POST /limited HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 10000000\r\n\r\n")
+    r = c.response()
+    assert r.status == 429 and r.header("connection") == "close"
+    assert c.closed()
+    settled(proxy)
+
+
+def test_429_pipelined_requests_answered_in_order(start, backend):
+    proxy = start(make_table([backend]))
+    _limit_paths(proxy, b"/limited")
+    c = proxy.client()
+    c.send(get("/limited") + get("/fine") + get("/limited") + get("/fine"))
+    assert [c.response().status for _ in range(4)] == [429, 200, 429, 200]
     settled(proxy)

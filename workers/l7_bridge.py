@@ -32,6 +32,7 @@ from sentin8.http.framing import (
     HeadError,
     RequestHead,
     error_response,
+    local_response,
     request_head,
     request_line_is_http,
     response_head,
@@ -39,6 +40,7 @@ from sentin8.http.framing import (
     websocket_accept,
 )
 from sentin8.http.headers import Header, forward_headers, passthrough_headers, response_headers
+from sentin8.policy import Verdict
 from sentin8.routing import Instance, Route
 from workers.upstream import UpstreamConn, UpstreamPool
 
@@ -47,6 +49,7 @@ log = logging.getLogger("sentin8.l7")
 ACME_PREFIX = b"/.well-known/acme-challenge/"
 CLIENT_WRITE_HIGH_WATER = 64 * 1024
 BODY_BUFFER_LIMIT = 64 * 1024  # request body held while the upstream connects; reading pauses above it
+LOCAL_DRAIN_MAX = 64 * 1024  # a refused request's body read and dropped to keep the connection; above it, close
 CHUNK = 16 * 1024  # response pieces written to the client (one TLS record each)
 IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
 _STATUS_CLASS = {1: "status_1xx", 2: "status_2xx", 3: "status_3xx", 4: "status_4xx", 5: "status_5xx"}
@@ -99,7 +102,7 @@ class L7Context(Protocol):
     def count(self, name: str, n: int = 1) -> None: ...
     def observe_latency(self, service: str, status: int, seconds: float) -> None: ...
     def inflight(self, delta: int) -> None: ...
-    def policy(self, request: RequestInfo) -> int | None: ...  # a status (429, 403) to refuse, or None
+    def policy(self, request: RequestInfo) -> Verdict | int | None: ...  # a refusal (429, 403...), or None
     def upstream_tls(self, instance: Instance) -> object | None: ...  # SSLContext or wrap(inner) -> Protocol
 
 
@@ -661,6 +664,7 @@ class _Exchange:
         "head_only",
         "instance",
         "interim",
+        "local_pending",
         "req",
         "resp_budget",
         "resp_complete",
@@ -699,6 +703,7 @@ class _Exchange:
         self.tunnel = False
         self.upgrading = False
         self.close_client = False
+        self.local_pending = False  # answered locally; the rest of the request body is read and dropped
         self.resp_parser: httptools.HttpResponseParser | None = None
         self._out: list[bytes] | None = None  # response bytes batched during one upstream read
         self._resp_timer: asyncio.TimerHandle | None = None
@@ -759,7 +764,10 @@ class _Exchange:
             )
             if verdict is not None:
                 ctx.count("policy_blocked")
-                self.respond_error(verdict)
+                if isinstance(verdict, int):
+                    self.respond_error(verdict)
+                else:
+                    self.respond_local(verdict.status, verdict.headers, keep_alive=verdict.keep_alive)
                 return
             headers, _corr = forward_headers(
                 head.headers,
@@ -887,7 +895,7 @@ class _Exchange:
 
     # -- request body (client -> upstream) -------------------------------------------------------------
     def client_body(self, data: bytes) -> None:
-        if self.done:
+        if self.done or self.local_pending:
             return  # answered already (an early response or an error): the rest is dropped
         if self.conn is None:
             self.bridge._hold_body(self.req, data)
@@ -897,6 +905,10 @@ class _Exchange:
             self.bridge._track(0)
 
     def client_body_end(self) -> None:
+        if self.local_pending:
+            self.local_pending = False
+            self._finish(reuse=False, close_client=False)  # the body is read: the next request may follow
+            return
         if not self.done and self.conn is not None:
             self._write_body_end()
             self._await_response()
@@ -1192,6 +1204,38 @@ class _Exchange:
             if not b._closing:
                 b._write(error_response(status, head_only=self.head_only))
         self._finish(reuse=False, close_client=True)
+
+    def respond_local(self, status: int, headers: list[Header], *, keep_alive: bool) -> None:
+        """Answer ``status`` ourselves; keep the connection when asked to and the client allows it.
+
+        A body still to come is read and dropped first (``local_pending``), up to ``LOCAL_DRAIN_MAX`` bytes
+        declared; a bigger or chunked body is not worth reading: the connection closes after the answer.
+        """
+        if self.done:
+            return
+        b = self.bridge
+        req = self.req
+        head = req.head
+        assert head is not None
+        keep = (
+            keep_alive
+            and head.keep_alive
+            and head.version == "1.1"
+            and not head.websocket
+            and not b._draining
+            and (req.complete or (not head.chunked and (head.content_length or 0) <= LOCAL_DRAIN_MAX))
+        )
+        self.status = status
+        b.ctx.count(f"http_{status}")
+        if not b._closing:
+            b._write(local_response(status, headers, close=not keep, head_only=self.head_only))
+        self.resp_head_sent = True
+        if not keep:
+            self._finish(reuse=False, close_client=True)
+        elif req.complete:
+            self._finish(reuse=False, close_client=False)
+        else:
+            self.local_pending = True
 
     def client_gone(self) -> None:
         """The client connection closed under us."""

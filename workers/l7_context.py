@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from sentin8 import tls
 from sentin8.config import Config
-from sentin8.policy import EdgePolicy
+from sentin8.policy import EdgePolicy, Verdict
 from sentin8.routing import Instance, Route
 
 from .l7_bridge import RequestInfo
@@ -51,13 +51,11 @@ class WorkerL7Context:
     def inflight(self, delta: int) -> None:
         self.counters.add_gauge("active_connections", delta)
 
-    def policy(self, request: RequestInfo) -> int | None:
+    def policy(self, request: RequestInfo) -> Verdict | None:
         verdict = self.edge_policy.check(request.client_ip, request.host, request.target)
-        if verdict is None:
-            return None
-        status, counter = verdict
-        self.counters.inc(counter)
-        return status
+        if verdict is not None:
+            self.counters.inc(verdict.counter)
+        return verdict
 
     def upstream_tls(self, instance: Instance) -> Callable[[asyncio.Protocol], asyncio.Protocol] | None:
         """Bridge mode for ``tls = true`` instances: TLS (mTLS when a client cert is configured) to the backend."""

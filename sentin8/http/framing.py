@@ -329,6 +329,25 @@ def error_response(status: int, *, head_only: bool = False) -> bytes:
     return msg
 
 
+def local_response(
+    status: int, headers: Iterable[Header] = (), *, close: bool, head_only: bool = False, body: bytes | None = None
+) -> bytes:
+    """A response the proxy answers itself (a refusal that may keep the connection, unlike ``error_response``)."""
+    reason = REASONS.get(status, b"Error")
+    if body is None:
+        body = b"%d %s\n" % (status, reason)
+    parts = [
+        b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
+        b"Cache-Control: no-store\r\n" % (status, reason, len(body))
+    ]
+    for name, value in headers:
+        parts.append(b"%s: %s\r\n" % (name, value))
+    parts.append(b"Connection: close\r\n\r\n" if close else b"\r\n")
+    if not head_only:
+        parts.append(body)
+    return b"".join(parts)
+
+
 def request_head(method: bytes, target: bytes, headers: Iterable[Header], *, framing: Header | None) -> bytes:
     """The upstream request head (always HTTP/1.1); ``framing`` is Content-Length or Transfer-Encoding."""
     parts = [method, b" ", target, b" HTTP/1.1\r\n"]
