@@ -32,4 +32,5 @@ def fleet_factory(tmp_path):
     for f in made:
         f.stop()
 
+
 pytest_plugins = ["tests.servers"]

@@ -26,7 +26,9 @@ def _head(resp: bytes) -> tuple[int, dict[str, str]]:
 
 
 def test_429_carries_retry_after_and_the_connection_stays_usable(external_host, fleet_factory, web):  # noqa: F811
-    fleet = l7_fleet(fleet_factory, web, extra="[policy]\nrate_limit = true\nrate_limit_rps = 1\nrate_limit_burst = 2\n")
+    fleet = l7_fleet(
+        fleet_factory, web, extra="[policy]\nrate_limit = true\nrate_limit_rps = 1\nrate_limit_burst = 2\n"
+    )
     client = PQClient(external_host.connect(fleet.port), "shop.apps.test")
     client.handshake()
     get = b"GET /x HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n"
