@@ -32,5 +32,4 @@ def fleet_factory(tmp_path):
     for f in made:
         f.stop()
 
-
 pytest_plugins = ["tests.servers"]
