@@ -91,8 +91,21 @@ class Upstream(_Section):
     pool_max_idle_per_instance: int = 128  # per worker; like nginx's upstream keepalive 128 in bench/
 
 
+class WafExclusionEntry(_Section):
+    """``[[policy.waf_exclusions]]``: CRS rules switched off for one host (or ``*.domain``), for false positives."""
+
+    host: str
+    rule_ids: list[int]
+
+
 class Policy(_Section):
     waf: bool = False
+    waf_paranoia: int = 1  # CRS paranoia level 1-4
+    waf_anomaly_threshold: int = 5  # inbound anomaly score that blocks (CRS default; one critical match)
+    waf_body_max: int = 128 * 1024  # request body buffered and inspected before anything goes upstream
+    waf_oversize: Literal["reject", "inspect_prefix"] = "reject"  # a bigger body: 413, or inspect its first part
+    waf_crs_dir: str = "/usr/share/modsecurity-crs/rules"  # Debian's modsecurity-crs
+    waf_exclusions: list[WafExclusionEntry] = msgspec.field(default_factory=list)
     rate_limit: bool = False
     rate_limit_rps: float = 100
     rate_limit_burst: float = 100
@@ -218,6 +231,18 @@ def _check(cfg: Config) -> None:
         raise ConfigError(f"policy.max_headers: must be within 1..10000, got {cfg.policy.max_headers}")
     if not 1024 <= cfg.policy.max_header_bytes <= 1 << 20:
         raise ConfigError(f"policy.max_header_bytes: must be within 1024..1048576, got {cfg.policy.max_header_bytes}")
+    pol = cfg.policy
+    if not 1 <= pol.waf_paranoia <= 4:
+        raise ConfigError(f"policy.waf_paranoia: must be within 1..4, got {pol.waf_paranoia}")
+    if not 1 <= pol.waf_anomaly_threshold <= 1000:
+        raise ConfigError(f"policy.waf_anomaly_threshold: must be within 1..1000, got {pol.waf_anomaly_threshold}")
+    if not 1024 <= pol.waf_body_max <= 16 << 20:
+        raise ConfigError(f"policy.waf_body_max: must be within 1024..16777216, got {pol.waf_body_max}")
+    for i, ex in enumerate(pol.waf_exclusions):
+        if not _HOSTNAME.fullmatch(ex.host.lower()):
+            raise ConfigError(f"policy.waf_exclusions[{i}].host: {ex.host!r} is not a hostname or *.wildcard")
+        if not ex.rule_ids or any(not 1 <= r <= 9_999_999 for r in ex.rule_ids):
+            raise ConfigError(f"policy.waf_exclusions[{i}].rule_ids: needs rule ids (1..9999999), got {ex.rule_ids}")
     if cfg.shm.snapshot_bytes < 4096:
         raise ConfigError(f"shm.snapshot_bytes: must be >= 4096, got {cfg.shm.snapshot_bytes}")
     for key, least in (("suspect_slots", 64), ("ratelimit_slots", 512)):

@@ -1,18 +1,21 @@
-"""Edge policy per request, after ACME passthrough: rate limit (429), then WAF (403). Sans-IO but for the
-shared bucket table it is handed.
+"""Edge policy per request, after ACME passthrough: rate limit (429), then the WAF (403). Sans-IO but for the
+shared bucket table it is handed and the WAF engine it loads.
 
-Every policy value (on/off, rate, burst, key) is read from ``self.cfg`` at decision time, in this one place, so a
-runtime overlay (the management API) only has to replace or update that object.
+Every policy value (on/off, rate, burst, key, WAF settings) is read from ``self.cfg`` at decision time, in this
+one place, so a runtime overlay (the management API) only has to replace or update that object: a changed WAF
+setting builds a new engine on the next request that needs one.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
-from . import tokenbucket, waf
+from . import tokenbucket
 from .config import Policy
 from .shm.ratelimit import BucketTable
+from .waf import WafEngine, WafSettings, settings_from_policy
 
 Header = tuple[bytes, bytes]
 
@@ -71,12 +74,14 @@ class EdgePolicy:
         self.cfg = cfg
         self.buckets = buckets
         self.clock = clock
+        self._engine: WafEngine | None = None
+        self._engine_lock = threading.Lock()
 
     def _clock_us(self) -> int:
         return int(self.clock() * 1e6)
 
     def rate_limit(self, client_ip: str, host: str) -> Verdict | None:
-        """None to admit, else a 429 that keeps the connection (the rate limit is on when this is asked)."""
+        """None to admit, else a 429 that keeps the connection."""
         cfg = self.cfg
         if not cfg.rate_limit or self.buckets is None:
             return None
@@ -87,10 +92,20 @@ class EdgePolicy:
         return Verdict(429, "policy_rate_limit", rate_limit_headers(cfg.rate_limit_rps, tokens_u), keep_alive=True)
 
     def check(self, client_ip: str, host: str, target: bytes) -> Verdict | None:
-        """The head-only decisions, in order: rate limit, then the request-target WAF."""
-        verdict = self.rate_limit(client_ip, host)
-        if verdict is not None:
-            return verdict
-        if self.cfg.waf and waf.inspect(target) is not None:
-            return Verdict(403, "policy_waf")
-        return None
+        """The decisions made on the request head alone (the WAF waits for the body: ``waf_engine``)."""
+        return self.rate_limit(client_ip, host)
+
+    def waf_engine(self) -> WafEngine | None:
+        """The engine for the current settings when the WAF is on, else None. Built (~0.1 s) at start, or on
+        the first request after the settings change; raises ``WafLoadError`` when the rules do not load."""
+        cfg = self.cfg
+        if not cfg.waf:
+            return None
+        engine = self._engine
+        settings: WafSettings = settings_from_policy(cfg)
+        if engine is None or engine.settings != settings:
+            with self._engine_lock:
+                engine = self._engine
+                if engine is None or engine.settings != settings:
+                    engine = self._engine = WafEngine(settings)
+        return engine

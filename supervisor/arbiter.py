@@ -395,6 +395,12 @@ class Arbiter:
             except ConfigError as exc:
                 event("reload_refused", "error", reason=str(exc))
                 return
+            from sentin8.waf import check_policy
+
+            problem = check_policy(new_cfg.policy)
+            if problem is not None:
+                event("reload_refused", "error", reason=problem)
+                return
         wanted = new_cfg.worker_count()
         if 2 * wanted + 2 > self.slots:
             reason = f"fleet.workers: {wanted} needs a restart (shared memory sized for fewer)"

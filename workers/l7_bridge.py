@@ -28,6 +28,7 @@ import httptools
 
 from sentin8.config import Config
 from sentin8.http.framing import (
+    REASONS,
     HeaderBudget,
     HeadError,
     RequestHead,
@@ -42,7 +43,9 @@ from sentin8.http.framing import (
 from sentin8.http.headers import Header, forward_headers, passthrough_headers, response_headers
 from sentin8.policy import Verdict
 from sentin8.routing import Instance, Route
+from sentin8.waf import WafEngine, WafRequest, WafVerdict
 from workers.upstream import UpstreamConn, UpstreamPool
+from workers.waf_gate import WafGate
 
 log = logging.getLogger("sentin8.l7")
 
@@ -104,6 +107,7 @@ class L7Context(Protocol):
     def inflight(self, delta: int) -> None: ...
     def policy(self, request: RequestInfo) -> Verdict | int | None: ...  # a refusal (429, 403...), or None
     def upstream_tls(self, instance: Instance) -> object | None: ...  # SSLContext or wrap(inner) -> Protocol
+    def waf_gate(self) -> WafGate | None: ...  # where inspections run; None: no WAF in this context
 
 
 class _Stop(Exception):
@@ -189,6 +193,7 @@ class L7Bridge(asyncio.Protocol):
         self._client_ip = ""
         self._sni: str | None = None
         self._tls = False  # the transport is the TLS layer: SNI is the routing key and must be present
+        self._hold_limit = BODY_BUFFER_LIMIT  # body bytes held before reading pauses (more with the WAF on)
         self._feeding = b""  # the chunk being fed to the parser (a new request's line starts in it)
         self._client_cert: bytes | bool | None = False  # False = not looked up yet
         self.max_buffered = 0
@@ -497,7 +502,7 @@ class L7Bridge(asyncio.Protocol):
     def _hold_body(self, req: _Request, body: bytes) -> None:
         req.body.append(body)
         req.buffered += len(body)
-        if req.buffered > BODY_BUFFER_LIMIT:
+        if req.buffered > self._hold_limit:
             self._pause(_P_BUFFER)
         if self.track_buffers:
             self._track(req.buffered)
@@ -653,6 +658,7 @@ class _Exchange:
         "_out",
         "_resp_timer",
         "_task",
+        "_waf",
         "body_written",
         "bridge",
         "chunked_out",
@@ -681,6 +687,7 @@ class _Exchange:
         "status",
         "tunnel",
         "upgrading",
+        "waf_waiting",
         "warm",
     )
 
@@ -704,6 +711,8 @@ class _Exchange:
         self.upgrading = False
         self.close_client = False
         self.local_pending = False  # answered locally; the rest of the request body is read and dropped
+        self.waf_waiting = False  # the WAF waits for the body (held in req.body) before inspecting
+        self._waf: tuple[WafGate, WafEngine, str, bytes] | None = None  # an inspection to come or running
         self.resp_parser: httptools.HttpResponseParser | None = None
         self._out: list[bytes] | None = None  # response bytes batched during one upstream read
         self._resp_timer: asyncio.TimerHandle | None = None
@@ -769,7 +778,7 @@ class _Exchange:
                 else:
                     self.respond_local(verdict.status, verdict.headers, keep_alive=verdict.keep_alive)
                 return
-            headers, _corr = forward_headers(
+            headers, corr = forward_headers(
                 head.headers,
                 route,
                 client_ip=b._client_ip,
@@ -788,6 +797,25 @@ class _Exchange:
         if not head.authority:
             headers.append((b"Host", host.encode()))  # HTTP/1.0 without Host: upstream is 1.1, Host is the SNI
         self.head_bytes = request_head(head.method, head.target, headers, framing=framing)
+        if not is_acme:  # ACME challenges always pass (DESIGN §3)
+            gate = ctx.waf_gate()
+            if gate is not None:
+                try:
+                    engine = gate.engine()
+                except Exception:
+                    log.exception("WAF rule set failed to load: failing closed")
+                    ctx.count("waf_errors")
+                    self.respond_error(503)
+                    return
+                if engine is not None:
+                    self._waf_begin(gate, engine, host, corr)
+                    return
+        self._forward()
+
+    def _forward(self) -> None:
+        """Pick the backend and send the request: a pooled connection now, or a connect task."""
+        b = self.bridge
+        ctx = b.ctx
         self._candidates = ctx.candidates(self.service)
         if not self._candidates:
             ctx.count("upstream_unavailable")
@@ -799,6 +827,69 @@ class _Exchange:
             self._attach(conn, self._candidates[0], warm=True)
         else:
             self._task = b.loop.create_task(self._connect(fresh=False))
+
+    # -- the WAF: the body is buffered (up to waf_body_max) and inspected before anything goes upstream ------
+    def _waf_begin(self, gate: WafGate, engine: WafEngine, host: str, corr: bytes) -> None:
+        head = self.req.head
+        assert head is not None
+        s = engine.settings
+        if head.content_length is not None and head.content_length > s.body_max and not s.partial_bodies:
+            self.bridge.ctx.count("waf_body_too_large")
+            self.respond_error(413)  # refused before a byte of it is read
+            return
+        self._waf = (gate, engine, host, corr)
+        self.bridge._hold_limit = max(BODY_BUFFER_LIMIT, s.body_max)
+        self.waf_waiting = True
+        self._waf_body_progress()
+
+    def _waf_body_progress(self) -> None:
+        """Inspect once the body is complete, or as soon as it is known to be longer than the limit."""
+        req = self.req
+        if self.waf_waiting and (req.complete or req.buffered > self._waf[1].settings.body_max):  # type: ignore[index]
+            self._waf_run()
+
+    def _waf_run(self) -> None:
+        self.waf_waiting = False
+        b = self.bridge
+        gate, engine, host, _corr = self._waf  # type: ignore[misc]
+        req = self.req
+        head = req.head
+        assert head is not None
+        s = engine.settings
+        body = (req.body[0] if len(req.body) == 1 else b"".join(req.body)) if req.body else b""
+        truncated = not req.complete or len(body) > s.body_max
+        if truncated:
+            if not s.partial_bodies:
+                b.ctx.count("waf_body_too_large")
+                self.respond_error(413)
+                return
+            body = body[: s.body_max]
+        wreq = WafRequest(
+            head.method, head.target, head.version, head.headers, host, b._client_ip, body=body, truncated=truncated
+        )
+        gate.inspect(engine, wreq, len(head.target) + req.budget.size + len(body), self._waf_done)
+
+    def _waf_done(self, result: WafVerdict | BaseException) -> None:
+        if self.done or self._waf is None:
+            return  # the client went away meanwhile
+        b = self.bridge
+        ctx = b.ctx
+        gate, _engine, _host, corr = self._waf
+        self._waf = None
+        if isinstance(result, BaseException):
+            log.error("WAF inspection failed: failing closed", exc_info=result)
+            ctx.count("waf_errors")
+            self.respond_error(503)
+            return
+        gate.report(result, self.service, corr)
+        if result.blocked:
+            ctx.count("policy_waf")
+            ctx.count("policy_blocked")
+            status = 400 if result.status == 400 else 403  # 400: a body that claims a format and does not parse
+            body = b"%d %s\nrequest id: %s\n" % (status, REASONS[status], corr)
+            self.respond_local(status, [(b"X-Correlation-Id", corr)], keep_alive=False, body=body)
+            return
+        self._forward()
 
     async def _connect(self, fresh: bool) -> None:
         """Try the candidates from the current one on; connect failures mark suspects. Ends in a 502."""
@@ -899,12 +990,17 @@ class _Exchange:
             return  # answered already (an early response or an error): the rest is dropped
         if self.conn is None:
             self.bridge._hold_body(self.req, data)
+            if self.waf_waiting:
+                self._waf_body_progress()
             return
         self._write_body(data)
         if self.bridge.track_buffers:
             self.bridge._track(0)
 
     def client_body_end(self) -> None:
+        if self.waf_waiting:
+            self._waf_run()
+            return
         if self.local_pending:
             self.local_pending = False
             self._finish(reuse=False, close_client=False)  # the body is read: the next request may follow
@@ -1205,7 +1301,7 @@ class _Exchange:
                 b._write(error_response(status, head_only=self.head_only))
         self._finish(reuse=False, close_client=True)
 
-    def respond_local(self, status: int, headers: list[Header], *, keep_alive: bool) -> None:
+    def respond_local(self, status: int, headers: list[Header], *, keep_alive: bool, body: bytes | None = None) -> None:
         """Answer ``status`` ourselves; keep the connection when asked to and the client allows it.
 
         A body still to come is read and dropped first (``local_pending``), up to ``LOCAL_DRAIN_MAX`` bytes
@@ -1228,7 +1324,7 @@ class _Exchange:
         self.status = status
         b.ctx.count(f"http_{status}")
         if not b._closing:
-            b._write(local_response(status, headers, close=not keep, head_only=self.head_only))
+            b._write(local_response(status, headers, close=not keep, head_only=self.head_only, body=body))
         self.resp_head_sent = True
         if not keep:
             self._finish(reuse=False, close_client=True)

@@ -15,6 +15,7 @@ from sentin8.routing import Instance, Route
 from .l7_bridge import RequestInfo
 from .tls_layer import TLSClientProtocol
 from .upstream import UpstreamPool
+from .waf_gate import WafGate
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -27,6 +28,7 @@ class WorkerL7Context:
         self.counters = worker.counters
         self.edge_policy = policy
         self.pool = UpstreamPool.from_config(loop, self.cfg)
+        self.gate = WafGate(loop, policy, self.counters.inc)
         up = self.cfg.upstream
         self._upstream_ctx = None
         self._upstream_opts = {"ca_file": up.ca_file, "client_cert": up.client_cert, "client_key": up.client_key}
@@ -56,6 +58,9 @@ class WorkerL7Context:
         if verdict is not None:
             self.counters.inc(verdict.counter)
         return verdict
+
+    def waf_gate(self) -> WafGate:
+        return self.gate
 
     def upstream_tls(self, instance: Instance) -> Callable[[asyncio.Protocol], asyncio.Protocol] | None:
         """Bridge mode for ``tls = true`` instances: TLS (mTLS when a client cert is configured) to the backend."""

@@ -81,6 +81,7 @@ class Worker:
         self.stopped = self.loop.create_future()
         self.l7 = WorkerL7Context(self, self.loop, self.policy)
         self.certs.bootstrap()  # first boot generates it (once, under a file lock), not the first handshake
+        self.policy.waf_engine()  # the rule set loads now (~0.1 s), not on the first request
         https = bind_reuseport(
             self.cfg.listen.https, "listen.https", defer_accept_s=max(1, int(self.cfg.limits.peek_timeout_s))
         )
@@ -98,6 +99,7 @@ class Worker:
         code = await self.stopped
         self.pipes.close()
         self.l7.pool.close()
+        self.l7.gate.close()
         return code
 
     def _close_listeners(self) -> None:

@@ -75,6 +75,27 @@ NAMES: tuple[str, ...] = (
     "upstream_truncated",
     "upstream_unavailable",
     "websocket_bad_accept",  # a 101 without the Sec-WebSocket-Accept the client's key demands: 502
+    # WAF (issue 12): inspections, refusals, and matched CRS rules by family (sentin8.waf.FAMILIES)
+    "waf_inspected",
+    "waf_offloaded",
+    "waf_errors",
+    "waf_body_too_large",
+    "waf_log_suppressed",
+    "waf_rule_method",
+    "waf_rule_scanner",
+    "waf_rule_protocol",
+    "waf_rule_protocol_attack",
+    "waf_rule_multipart",
+    "waf_rule_lfi",
+    "waf_rule_rfi",
+    "waf_rule_rce",
+    "waf_rule_php",
+    "waf_rule_nodejs",
+    "waf_rule_xss",
+    "waf_rule_sqli",
+    "waf_rule_session_fixation",
+    "waf_rule_java",
+    "waf_rule_body_parse",
     "unknown_counter",  # a name missing from this table: counted here rather than crash a connection
     # latency histogram of L7 responses (upper bounds in ms) and its sum
     "latency_le_1ms",
