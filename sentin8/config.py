@@ -42,6 +42,8 @@ class Limits(_Section):
     handshake_timeout_s: float = 10
     header_timeout_s: float = 15
     idle_timeout_s: float = 60
+    max_connections_per_ip: int = 0  # concurrent connections per client address, all workers; 0 = no cap
+    max_inflight_per_worker: int = 2048  # L7 requests in flight per worker; above: 503 + Retry-After; 0 = no cap
 
 
 class Acme(_Section):
@@ -114,6 +116,18 @@ class Policy(_Section):
     max_header_bytes: int = 65536
 
 
+class Breaker(_Section):
+    """Per-instance circuit breaker (rsx-gateway's Closed -> Open -> HalfOpen), shared by every worker."""
+
+    enabled: bool = True
+    failures: int = 5  # consecutive failures that open it
+    failure_ratio: float = 0.5  # or this share of failures ...
+    min_requests: int = 20  # ... over at least this many results in one window
+    window_s: float = 10
+    open_s: float = 10  # then one probe request (HalfOpen)
+    probe_timeout_s: float = 10  # a probe that never reports frees the next one after this
+
+
 class Mgmt(_Section):
     jwt_secret_env: str = "SENTIN8_MGMT_JWT_SECRET"
     jwt_audience: str = "sentin8-proxy"
@@ -131,6 +145,8 @@ class SharedMemory(_Section):
     snapshot_bytes: int = 32 * 1024 * 1024  # per buffer; there are two
     suspect_slots: int = 4096
     ratelimit_slots: int = 65536
+    conncap_slots: int = 16384  # per-client-IP connection counters (a sketch: keep well above concurrent clients)
+    breaker_slots: int = 4096
 
 
 class InstanceEntry(_Section):
@@ -160,6 +176,7 @@ class Config(_Section):
     tls: Tls = msgspec.field(default_factory=Tls)
     upstream: Upstream = msgspec.field(default_factory=Upstream)
     policy: Policy = msgspec.field(default_factory=Policy)
+    breaker: Breaker = msgspec.field(default_factory=Breaker)
     mgmt: Mgmt = msgspec.field(default_factory=Mgmt)
     metrics: Metrics = msgspec.field(default_factory=Metrics)
     shm: SharedMemory = msgspec.field(default_factory=SharedMemory)
@@ -245,7 +262,18 @@ def _check(cfg: Config) -> None:
             raise ConfigError(f"policy.waf_exclusions[{i}].rule_ids: needs rule ids (1..9999999), got {ex.rule_ids}")
     if cfg.shm.snapshot_bytes < 4096:
         raise ConfigError(f"shm.snapshot_bytes: must be >= 4096, got {cfg.shm.snapshot_bytes}")
-    for key, least in (("suspect_slots", 64), ("ratelimit_slots", 512)):
+    if cfg.limits.max_connections_per_ip < 0 or cfg.limits.max_inflight_per_worker < 0:
+        which = "max_connections_per_ip" if cfg.limits.max_connections_per_ip < 0 else "max_inflight_per_worker"
+        raise ConfigError(f"limits.{which}: must be >= 0 (0 = no cap)")
+    br = cfg.breaker
+    if br.failures < 1 or br.min_requests < 1:
+        raise ConfigError(f"breaker.{'failures' if br.failures < 1 else 'min_requests'}: must be >= 1")
+    if not 0 < br.failure_ratio <= 1:
+        raise ConfigError(f"breaker.failure_ratio: must be within (0, 1], got {br.failure_ratio}")
+    for key in ("window_s", "open_s", "probe_timeout_s"):
+        if not getattr(br, key) > 0:
+            raise ConfigError(f"breaker.{key}: must be > 0, got {getattr(br, key)}")
+    for key, least in (("suspect_slots", 64), ("ratelimit_slots", 512), ("conncap_slots", 64), ("breaker_slots", 64)):
         n = getattr(cfg.shm, key)
         if n < least or n & (n - 1):
             raise ConfigError(f"shm.{key}: must be a power of two >= {least}, got {n}")

@@ -355,6 +355,7 @@ class Arbiter:
             code = os.waitstatus_to_exitcode(status)
             if child.slot >= 0:
                 self.shared.counter_reader().zero_gauges(child.slot)
+                self.shared.connection_counts(None).zero_column(child.slot)  # its connections died with it
                 self.free_slots.append(child.slot)
             if self.state != "running":
                 if not self._workers():

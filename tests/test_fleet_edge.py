@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 
 import pytest
@@ -111,3 +113,140 @@ def test_waf_blocks_body_and_cookie_attacks_through_the_fleet(external_host, fle
     assert all(949110 in ev["rule_ids"] and ev["service"] == "web" for ev in blocks)
     log = fleet.output()
     assert "UNION SELECT" not in log and "<script>" not in log and "1234 OR" not in log  # never the payload
+
+
+# ---- caps and fail-fast -------------------------------------------------------------------------------
+
+
+def test_connection_cap_per_client_address_across_both_workers(external_host, fleet_factory, web):  # noqa: F811
+    fleet = l7_fleet(fleet_factory, web, limits="max_connections_per_ip = 3")
+    get = b"GET /x HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n"
+    held = []
+    for _ in range(3):  # SO_REUSEPORT spreads them over both workers; the count is the fleet's
+        c = PQClient(external_host.connect(fleet.port), "shop.apps.test")
+        c.handshake()
+        assert _head(c.request(get))[0] == 200
+        held.append(c)
+    over = PQClient(external_host.connect(fleet.port), "shop.apps.test")
+    over.handshake()
+    status, headers = _head(over.request(get))
+    assert status == 503 and headers["connection"] == "close"
+    over.close()
+    held.pop().close()  # one leaves: room for one more, whichever worker gets it
+    from tests.peers import wait_until
+
+    def admitted() -> bool:
+        c = PQClient(external_host.connect(fleet.port), "shop.apps.test")
+        try:
+            c.handshake()
+            ok = _head(c.request(get))[0] == 200
+        finally:
+            c.close()
+        return ok
+
+    wait_until(admitted, 10, 0.1, what="a connection admitted after one closed")
+    for c in held:
+        c.close()
+    stats = fleet.stats()
+    assert stats["refused_conn_cap_l7"] >= 1 and stats["http_503"] >= 1
+
+
+def test_connection_cap_closes_l4_connections_over_it(backend_factory, fleet_factory):
+    from tests.peers import connection_closed, tls_client
+    from tests.test_fleet_l4 import two_services
+
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b), limits="max_connections_per_ip = 2")
+    held = [tls_client(fleet.port, "alpha.test") for _ in range(2)]
+    for s in held:
+        s.sendall(b"ping")
+        assert s.recv(65536)
+    raw = socket.create_connection(("127.0.0.1", fleet.port), timeout=5)
+    raw.sendall(_client_hello(b"alpha.test"))
+    assert connection_closed(raw)  # over the cap: a close, nothing else
+    raw.close()
+    for s in held:
+        s.close()
+    assert fleet.stats()["refused_conn_cap_l4"] == 1
+
+
+def _client_hello(sni: bytes) -> bytes:
+    """A ClientHello to get past the peek (the L4 path never answers it: the cap closes first)."""
+    import ssl as _ssl
+
+    incoming, outgoing = _ssl.MemoryBIO(), _ssl.MemoryBIO()
+    ctx = _ssl.SSLContext(_ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = _ssl.CERT_NONE
+    obj = ctx.wrap_bio(incoming, outgoing, server_hostname=sni.decode())
+    try:
+        obj.do_handshake()
+    except _ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
+class FlakyBackend:
+    """Answers 503 while ``failing``, else 200: a backend going down and coming back."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        outer = self
+        self.failing = True
+        self.hits = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                outer.hits += 1
+                status = 503 if outer.failing else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_breaker_opens_fails_fast_probes_and_closes_across_both_workers(external_host, fleet_factory):  # noqa: F811
+    flaky = FlakyBackend()
+    try:
+        fleet = l7_fleet(
+            fleet_factory,
+            flaky,
+            extra="[breaker]\nfailures = 3\nopen_s = 1\nprobe_timeout_s = 1\nmin_requests = 1000\n",
+        )
+        get = b"GET /x HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n"
+
+        def status_on_new_connection() -> int:  # new connections spread over both workers
+            return request(external_host, fleet, "shop.apps.test", get)[0]
+
+        statuses = [status_on_new_connection() for _ in range(10)]
+        assert statuses == [503] * 10
+        hits_when_open = flaky.hits
+        assert 3 <= hits_when_open <= 4  # 3 failures open it fleet-wide (a racing worker may add one)
+        assert fleet.saw("breaker_open")
+        for _ in range(5):  # open: answered at once, the backend is spared
+            assert status_on_new_connection() == 503
+        assert flaky.hits == hits_when_open
+        flaky.failing = False
+        from tests.peers import wait_until
+
+        wait_until(lambda: status_on_new_connection() == 200, 10, 0.2, what="the probe closes the breaker")
+        assert all(status_on_new_connection() == 200 for _ in range(5))
+        stats = fleet.stats()
+        assert stats["breaker_opened"] >= 1 and stats["breaker_closed"] >= 1 and stats["refused_breaker_open"] >= 5
+        assert fleet.saw("breaker_closed")
+    finally:
+        flaky.close()

@@ -236,9 +236,17 @@ class Ctx:
         self.policy_fn: Callable[[RequestInfo], int | None] | None = None
         self.tls_fn: Callable[[Instance], object | None] = lambda instance: None
         self.gate: WafGate | None = None  # tests that want the WAF give one
+        self.results: list[tuple[str, bool]] = []  # what the circuit breaker was told
+        self.inflight_cap = 0
 
     def waf_gate(self) -> WafGate | None:
         return self.gate
+
+    def upstream_result(self, instance_id: str, ok: bool) -> None:
+        self.results.append((instance_id, ok))
+
+    def overloaded(self) -> bool:
+        return bool(self.inflight_cap) and self.gauge > self.inflight_cap
 
     def resolve(self, host: str) -> Route | None:
         return self.table.resolve(host)
@@ -1595,4 +1603,49 @@ def test_quadratic_inputs_answered_fast_while_another_client_is_served(start, ba
     # the inspection runs off the loop: the other client does not wait for it (inline, the median was ~20 ms)
     assert latencies[len(latencies) // 2] < 0.01, latencies[len(latencies) // 2]
     assert proxy.counters["waf_offloaded"] >= len(answered)
+    settled(proxy)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Caps and fail-fast (issue 12 part 3)
+# --------------------------------------------------------------------------------------------------------
+
+
+def test_inflight_cap_answers_503_with_retry_after_instead_of_queueing(start, backend):
+    proxy = start(make_table([backend]))
+    proxy.ctx.inflight_cap = 1
+    busy = proxy.client()
+    busy.send(post("/hold-echo", b"x" * 10))
+    wait_until(lambda: any(r["target"] == "/hold-echo" for r in backend.requests), what="held request upstream")
+    c = proxy.client()
+    r = c.request(get("/fine"))
+    assert r.status == 503 and r.header("retry-after") == "1" and r.header("connection") is None
+    assert proxy.counters["refused_inflight"] == 1
+    backend.release.set()
+    assert busy.response().status == 200
+    settled(proxy)
+    assert c.request(get("/fine")).status == 200  # the same connection, once there is room
+    settled(proxy)
+
+
+def test_over_the_connection_cap_every_request_gets_503_and_close(start, backend):
+    class Refused(TrackingBridge):
+        refuse_status = 503
+
+    proxy = start(make_table([backend]), cls=Refused)
+    c = proxy.client()
+    r = c.request(get("/"))
+    assert r.status == 503 and r.header("connection") == "close" and c.closed()
+    assert backend.requests == []
+    settled(proxy)
+
+
+def test_results_reach_the_circuit_breaker(start, backend):
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    assert c.request(get("/fine")).status == 200
+    c = proxy.client()
+    assert c.request(get("/garbage")).status == 502
+    wait_until(lambda: len(proxy.ctx.results) == 2, what="two results")
+    assert proxy.ctx.results == [("web-0", True), ("web-0", False)]
     settled(proxy)

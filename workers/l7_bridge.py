@@ -108,6 +108,8 @@ class L7Context(Protocol):
     def policy(self, request: RequestInfo) -> Verdict | int | None: ...  # a refusal (429, 403...), or None
     def upstream_tls(self, instance: Instance) -> object | None: ...  # SSLContext or wrap(inner) -> Protocol
     def waf_gate(self) -> WafGate | None: ...  # where inspections run; None: no WAF in this context
+    def upstream_result(self, instance_id: str, ok: bool) -> None: ...  # for the instance's circuit breaker
+    def overloaded(self) -> bool: ...  # over the worker's in-flight request cap
 
 
 class _Stop(Exception):
@@ -153,6 +155,7 @@ class L7Bridge(asyncio.Protocol):
     """One client connection. ``client_addr`` None = take the transport's peername."""
 
     acme_only = False  # the :80 listener (PlainHTTPListener)
+    refuse_status = 0  # answer every request with this status and close (over the per-client connection cap)
     track_buffers = False  # tests: record the most bytes held in buffers at once in ``max_buffered``
 
     def __init__(
@@ -740,6 +743,14 @@ class _Exchange:
         head = self.req.head
         assert head is not None
         self.head_only = head.method == b"HEAD"
+        if b.refuse_status:
+            self.respond_error(b.refuse_status)
+            return
+        if ctx.overloaded():
+            # fail fast instead of queueing (rsx-gateway): the client may retry in a second, on this connection
+            ctx.count("refused_inflight")
+            self.respond_local(503, [(b"Retry-After", b"1")], keep_alive=True)
+            return
         is_acme = head.path.startswith(ACME_PREFIX)
         if b.acme_only and not is_acme:
             self.respond_error(404)
@@ -1365,6 +1376,9 @@ class _Exchange:
             else:
                 conn.close()
         status = self.status
+        if self.instance is not None and status:
+            # the backend's own 502/503/504 and the ones we answered for it (broken response, timeout)
+            b.ctx.upstream_result(self.instance.id, status not in (502, 503, 504))
         if status and status != 101:  # counted and timed at the switch
             b.ctx.count(_STATUS_CLASS.get(status // 100, "status_other"))
             b.ctx.observe_latency(self.service, status, b.loop.time() - self.req.t0)

@@ -29,6 +29,7 @@ class WorkerL7Context:
         self.edge_policy = policy
         self.pool = UpstreamPool.from_config(loop, self.cfg)
         self.gate = WafGate(loop, policy, self.counters.inc)
+        self.inflight_now = 0  # this worker's L7 requests in flight (the gauge's local twin, for the cap)
         up = self.cfg.upstream
         self._upstream_ctx = None
         self._upstream_opts = {"ca_file": up.ca_file, "client_cert": up.client_cert, "client_key": up.client_key}
@@ -43,6 +44,14 @@ class WorkerL7Context:
     def mark_suspect(self, instance_id: str) -> None:
         self.counters.inc("backend_connect_errors")
         self.worker.selector.mark_suspect(instance_id, time.time())
+        self.worker.upstream_result(instance_id, False)
+
+    def upstream_result(self, instance_id: str, ok: bool) -> None:
+        self.worker.upstream_result(instance_id, ok)
+
+    def overloaded(self) -> bool:
+        cap = self.cfg.limits.max_inflight_per_worker
+        return bool(cap) and self.inflight_now > cap
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters.inc(name, n)
@@ -51,6 +60,7 @@ class WorkerL7Context:
         self.counters.observe_latency(seconds)
 
     def inflight(self, delta: int) -> None:
+        self.inflight_now += delta
         self.counters.add_gauge("active_connections", delta)
 
     def policy(self, request: RequestInfo) -> Verdict | None:

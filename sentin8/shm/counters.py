@@ -96,6 +96,14 @@ NAMES: tuple[str, ...] = (
     "waf_rule_session_fixation",
     "waf_rule_java",
     "waf_rule_body_parse",
+    # caps and fail-fast (issue 12): every refusal by kind, and the breakers' transitions
+    "refused_conn_cap_l7",
+    "refused_conn_cap_l4",
+    "refused_inflight",
+    "refused_breaker_open",
+    "breaker_skipped",
+    "breaker_opened",
+    "breaker_closed",
     "unknown_counter",  # a name missing from this table: counted here rather than crash a connection
     # latency histogram of L7 responses (upper bounds in ms) and its sum
     "latency_le_1ms",
