@@ -1335,7 +1335,7 @@ def no_loop_errors(caplog):
 # --------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("line", [b"GET / RTSP/1.0", b"DESCRIBE / RTSP/1.0", b"SOURCE / ICE/1.0"])
+@pytest.mark.parametrize("line", [b"GET / RTSP/1.0", b"GET / RTSP/1.1", b"DESCRIBE / RTSP/1.0", b"SOURCE / ICE/1.0"])
 def test_rtsp_and_ice_request_lines_are_refused(start, backend, line):
     proxy = start(make_table([backend]))
     c = proxy.client()

@@ -359,14 +359,15 @@ class L7Bridge(asyncio.Protocol):
         self._progress = True
         p = self._parser
         raw, req.line_raw = req.line_raw, []
+        version = p.get_http_version()
         if not request_line_is_http(raw[0] if len(raw) == 1 else b"".join(raw), p.get_method(), req.url):
-            self._reject(400)  # RTSP/1.0 or ICE/1.0: llhttp calls them 1.0, but they are not HTTP
+            self._reject(400)  # RTSP/1.x or ICE/1.0: llhttp reports them as HTTP versions, but they are not HTTP
             raise _Stop
         try:
             req.head = validate_request(
                 p.get_method(),
                 req.url,
-                p.get_http_version(),
+                version,
                 req.headers,
                 keep_alive=p.should_keep_alive(),
                 upgrade=p.should_upgrade(),

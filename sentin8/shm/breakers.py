@@ -48,8 +48,11 @@ class BreakerTable:
         w = self._w
         for p in range(PROBE):
             slot = (k + p) & self._mask
-            if w[slot * ENTRY] == k:
+            key = w[slot * ENTRY]
+            if key == k:
                 return slot
+            if key == 0:
+                return -1  # inserts take the first empty slot and nothing empties one: it is not further on
         return -1
 
     def _record_view(self, slot: int) -> memoryview:
