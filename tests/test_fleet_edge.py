@@ -1,17 +1,29 @@
-"""Edge protection through the whole fleet (issue 12): external PQ TLS clients, two workers, shared memory."""
+"""The PQ TLS edge through a real fleet: resumption across workers, ALPN, peek edge cases, broken
+certificates reported, and the guaranteed-L4 internal listener.
+
+External clients live in a network namespace with a non-private address (tests/netns.py).
+"""
 
 from __future__ import annotations
 
+import re
+import shutil
 import socket
-import threading
+import ssl
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
+from OpenSSL import SSL
 
+from tests import hellos
 from tests.netns import external_host  # noqa: F401 - fixture
-from tests.peers import HTTPBackend
+from tests.peers import HTTPBackend, free_port, wait_until
 from tests.pqclient import PQClient
-from tests.test_fleet_l7 import l7_fleet, request
+
+PROTOCOL_VERSION_ALERT = bytes.fromhex("15030300020246")
+UNEXPECTED_MESSAGE_ALERT = bytes.fromhex("1503030002020a")
 
 
 @pytest.fixture
@@ -21,232 +33,210 @@ def web():
     backend.close()
 
 
-def _head(resp: bytes) -> tuple[int, dict[str, str]]:
-    head = resp.partition(b"\r\n\r\n")[0].split(b"\r\n")
-    headers = {k.strip().lower().decode(): v.strip().decode() for k, v in (ln.split(b":", 1) for ln in head[1:])}
-    return int(head[0].split()[1]), headers
+def web_body(port: int) -> str:
+    return f"""
+[[instances]]
+service = "web"
+id = "web-1"
+host = "127.0.0.1"
+port = {port}
+[[domains]]
+hostname = "shop.apps.test"
+service = "web"
+"""
 
 
-def test_429_carries_retry_after_and_the_connection_stays_usable(external_host, fleet_factory, web):  # noqa: F811
-    fleet = l7_fleet(
-        fleet_factory, web, extra="[policy]\nrate_limit = true\nrate_limit_rps = 1\nrate_limit_burst = 2\n"
-    )
-    client = PQClient(external_host.connect(fleet.port), "shop.apps.test")
-    client.handshake()
-    get = b"GET /x HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n"
-    statuses = []
-    for _ in range(3):
-        status, headers = _head(client.request(get))
-        statuses.append(status)
-    assert statuses == [200, 200, 429]
-    assert headers["retry-after"] == "1" and "connection" not in headers
-    assert headers["ratelimit-policy"] == '"edge";q=1;w=1' and headers["ratelimit"].startswith('"edge";r=0;t=')
-    # a second connection (possibly the other worker) shares the bucket
-    status, _, _ = request(external_host, fleet, "shop.apps.test", get)
-    assert status == 429
-    time.sleep(float(headers["retry-after"]))  # what a well-behaved client does with Retry-After
-    status, _ = _head(client.request(get))
-    assert status == 200  # the same TLS connection: no new handshake was needed
-    client.close()
-    stats = fleet.stats()
-    assert stats["http_429"] == 2 and stats["policy_rate_limit"] == 2 and stats["handshake_ok"] == 2
+def read_until_closed(sock: socket.socket, timeout: float = 5.0) -> tuple[bytes, str, float]:
+    """(bytes received, "fin" | "reset" | "timeout", seconds until the end)."""
+    sock.settimeout(timeout)
+    start = time.monotonic()
+    out = b""
+    try:
+        while chunk := sock.recv(4096):
+            out += chunk
+        end = "fin"
+    except ConnectionResetError:
+        end = "reset"
+    except TimeoutError:
+        end = "timeout"
+    return out, end, time.monotonic() - start
 
 
-def test_external_client_without_sni_gets_421(external_host, fleet_factory, web):  # noqa: F811
-    fleet = l7_fleet(fleet_factory, web)
-    status, _, _ = request(external_host, fleet, None, b"GET / HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n")
-    assert status == 421
-    assert web.requests == []
+def serving_pid(fleet, client_port: int) -> int:
+    """The fleet process holding the server side of the connection from ``client_port`` (from ``ss``)."""
+    out = subprocess.run(
+        ["ss", "-Htnp", "state", "established", f"( sport = :{fleet.port} and dport = :{client_port} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    pids = {int(p) for p in re.findall(r"pid=(\d+)", out)}
+    assert len(pids) == 1, out
+    return pids.pop()
 
 
-WAF = "[policy]\nwaf = true\n"
+def test_100_reconnects_resume_across_both_workers(external_host, fleet_factory, web):  # noqa: F811
+    """SO_REUSEPORT spreads the reconnects over both workers by 4-tuple (each reconnect has a new source
+    port), so about half of them present a ticket the other worker issued: those must resume too."""
+    fleet = fleet_factory(web_body(web.port), workers=2, host="0.0.0.0")
+    workers = set(fleet.workers())
+    session = context = None
+    resumed = crossed = 0
+    issuer = None
+    for n in range(101):  # one full handshake, then 100 reconnects with the latest ticket
+        client = PQClient(external_host.connect(fleet.port), "shop.apps.test", session=session, context=context)
+        client.handshake()
+        resp = client.request(b"GET / HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n")  # the tickets come first
+        assert resp.startswith(b"HTTP/1.1 200")
+        server = serving_pid(fleet, client.sock.getsockname()[1])
+        assert server in workers
+        if n:
+            resumed += client.resumed
+            crossed += client.resumed and server != issuer  # a ticket sealed by the other worker
+        issuer = server
+        session, context = client.session, client.context
+        client.close()
+    assert resumed >= 99, f"{resumed} of 100 reconnects resumed"
+    assert crossed >= 10, f"only {crossed} resumptions crossed workers: the test proves nothing"
+    assert fleet.stats()["tls_resumed"] >= 99
 
 
-def _post(path: bytes, body: bytes, ctype: bytes, extra: bytes = b"") -> bytes:
-    return (
-        b"POST %s HTTP/1.1\r\nHost: shop.apps.test\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n"
-        % (path, ctype, len(body), extra)
-        + body
-    )
+def test_alpn_through_the_fleet(external_host, fleet_factory, web):  # noqa: F811
+    fleet = fleet_factory(web_body(web.port), workers=1, host="0.0.0.0")
+
+    def client(protos: list[bytes]) -> PQClient:
+        ctx = PQClient.make_context()
+        ctx.set_alpn_protos(protos)
+        return PQClient(external_host.connect(fleet.port), "shop.apps.test", context=ctx)
+
+    c = client([b"h2", b"http/1.1"])
+    c.handshake()
+    assert c.conn.get_alpn_proto_negotiated() == b"http/1.1"
+    assert c.request(b"GET / HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n").startswith(b"HTTP/1.1 200")
+    c.close()
+    c = client([b"h2"])
+    with pytest.raises(SSL.Error, match="no application protocol"):
+        c.handshake()
+    c.sock.close()
+    wait_until(lambda: fleet.stats()["tls_alpn_refused"] == 1, 5, what="alpn refusal counted")
 
 
-_MULTI = b"multipart/form-data; boundary=B0undary"
+def test_zero_length_record_after_a_partial_hello_is_refused_at_once(fleet_factory, web):
+    fleet = fleet_factory(web_body(web.port), workers=1, limits="")  # peek_timeout_s = 2 in tests/peers.py
+    records = hellos.reframe(hellos.pq_hello("shop.apps.test"), 600)
+    first = 5 + int.from_bytes(records[3:5], "big")
+    sock = socket.create_connection(("127.0.0.1", fleet.port))
+    sock.sendall(records[:first])  # a partial ClientHello ...
+    time.sleep(0.05)  # ... then, in a separate segment, a zero-length handshake record
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.sendall(b"\x16\x03\x01\x00\x00")
+    got, end, took = read_until_closed(sock)
+    sock.close()
+    assert took < 1.0, f"held {took:.2f}s"
+    assert (got, end) == (UNEXPECTED_MESSAGE_ALERT, "fin")
+    assert fleet.stats()["peek_garbage"] == 1
 
 
-def _multipart(value: bytes) -> bytes:
-    return b'--B0undary\r\nContent-Disposition: form-data; name="note"\r\n\r\n' + value + b"\r\n--B0undary--\r\n"
+def test_record_version_major_not_3_is_answered_as_openssl_does(fleet_factory, web):
+    fleet = fleet_factory(web_body(web.port), workers=1)
+    hello = hellos.pq_hello("shop.apps.test")
+    records = bytearray(hellos.reframe(hello, 600))
+    first = 5 + int.from_bytes(records[3:5], "big")
+    # In the first record: not TLS at all, as far as OpenSSL is concerned: closed, no alert.
+    bad_first = bytearray(hello)
+    bad_first[1] = 4
+    sock = socket.create_connection(("127.0.0.1", fleet.port))
+    sock.sendall(bytes(bad_first))
+    assert read_until_closed(sock)[:2] == (b"", "fin")
+    sock.close()
+    # In a later record of the hello: a TLS peer speaking nonsense: protocol_version alert, then close.
+    records[first + 1] = 4
+    sock = socket.create_connection(("127.0.0.1", fleet.port))
+    sock.sendall(bytes(records))
+    got, end, took = read_until_closed(sock)
+    sock.close()
+    assert (got, end) == (PROTOCOL_VERSION_ALERT, "fin") and took < 1.0
+    assert fleet.stats()["peek_bad_version"] == 2
 
 
-WAF_ATTACKS = {
-    "form-sqli": _post(b"/login", b"var=1234 OR 1=1", b"application/x-www-form-urlencoded"),
-    "form-xss": _post(
-        b"/c", b"m=%3Cscript%3Ealert(document.cookie)%3C%2Fscript%3E", b"application/x-www-form-urlencoded"
-    ),
-    "json-sqli": _post(b"/api", b'{"id": "1 UNION SELECT password FROM users"}', b"application/json"),
-    "json-xss": _post(b"/api", b'{"bio": "<script>alert(1)</script>"}', b"application/json"),
-    "multipart-sqli": _post(b"/up", _multipart(b"1' OR '1'='1"), _MULTI),
-    "multipart-xss": _post(b"/up", _multipart(b"<svg onload=alert(1)>"), _MULTI),
-    "cookie-sqli": b"GET / HTTP/1.1\r\nHost: shop.apps.test\r\nCookie: sid=1' or '1'='1\r\n\r\n",
-    "cookie-xss": b"GET / HTTP/1.1\r\nHost: shop.apps.test\r\nCookie: p=<script>alert(1)</script>\r\n\r\n",
-}
+def test_broken_pair_is_reported_and_a_fixed_one_served(external_host, fleet_factory, web, tmp_path):  # noqa: F811
+    fleet = fleet_factory(web_body(web.port), workers=1, host="0.0.0.0")
+    fixtures = Path(__file__).parent / "fixtures" / "openssl35-mldsa65"
+    live = Path(fleet.workdir) / "certs" / "shop.apps.test"
+    live.mkdir(parents=True)
+    shutil.copy(fixtures / "seed-priv" / "fullchain.pem", live / "fullchain.pem")
+    shutil.copy(fixtures / "priv-only" / "privkey.pem", live / "privkey.pem")  # another pair's key
 
-
-def test_waf_blocks_body_and_cookie_attacks_through_the_fleet(external_host, fleet_factory, web):  # noqa: F811
-    fleet = l7_fleet(fleet_factory, web, extra=WAF)
-    client = PQClient(external_host.connect(fleet.port), "shop.apps.test")
-    client.handshake()
-    ok = _post(b"/profile", b"name=O%27Brien&city=Dublin", b"application/x-www-form-urlencoded")
-    assert _head(client.request(ok))[0] == 200  # a clean body passes (and the connection is reused)
-    client.close()
-    for name, raw in WAF_ATTACKS.items():
-        corr = b"t-" + name.encode()
-        raw = raw.replace(b"\r\n\r\n", b"\r\nX-Correlation-Id: " + corr + b"\r\n\r\n", 1)
-        status, headers, body = request(external_host, fleet, "shop.apps.test", raw)
-        assert status == 403, name
-        assert headers["x-correlation-id"] == corr.decode() and body == b"403 Forbidden\nrequest id: %s\n" % corr
-    assert [r["path"] for r in web.requests] == ["/profile"]
-    stats = fleet.stats()
-    assert stats["policy_waf"] == len(WAF_ATTACKS)
-    assert stats["waf_rule_sqli"] >= 4 and stats["waf_rule_xss"] >= 4
-    blocks = fleet.events("waf_block")
-    assert len(blocks) == len(WAF_ATTACKS)
-    assert all(949110 in ev["rule_ids"] and ev["service"] == "web" for ev in blocks)
-    log = fleet.output()
-    assert "UNION SELECT" not in log and "<script>" not in log and "1234 OR" not in log  # never the payload
-
-
-# ---- caps and fail-fast -------------------------------------------------------------------------------
-
-
-def test_connection_cap_per_client_address_across_both_workers(external_host, fleet_factory, web):  # noqa: F811
-    fleet = l7_fleet(fleet_factory, web, limits="max_connections_per_ip = 3")
-    get = b"GET /x HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n"
-    held = []
-    for _ in range(3):  # SO_REUSEPORT spreads them over both workers; the count is the fleet's
+    def served() -> bytes:
         c = PQClient(external_host.connect(fleet.port), "shop.apps.test")
         c.handshake()
-        assert _head(c.request(get))[0] == 200
-        held.append(c)
-    over = PQClient(external_host.connect(fleet.port), "shop.apps.test")
-    over.handshake()
-    status, headers = _head(over.request(get))
-    assert status == 503 and headers["connection"] == "close"
-    over.close()
-    held.pop().close()  # one leaves: room for one more, whichever worker gets it
-    from tests.peers import wait_until
-
-    def admitted() -> bool:
-        c = PQClient(external_host.connect(fleet.port), "shop.apps.test")
-        try:
-            c.handshake()
-            ok = _head(c.request(get))[0] == 200
-        finally:
-            c.close()
-        return ok
-
-    wait_until(admitted, 10, 0.1, what="a connection admitted after one closed")
-    for c in held:
+        cert = c.peer_cert
         c.close()
-    stats = fleet.stats()
-    assert stats["refused_conn_cap_l7"] >= 1 and stats["http_503"] >= 1
+        return cert.subject.rfc4514_string().encode()
+
+    assert b"bootstrap" in served()
+    wait_until(lambda: fleet.saw("cert_rejected"), 5, what="cert_rejected event")
+    ev = fleet.events("cert_rejected")[-1]
+    assert ev["certificate"] == "shop.apps.test" and "does not match" in ev["reason"] and ev["level"] == "warning"
+    assert fleet.stats()["cert_rejected"] == 1
+    shutil.copy(fixtures / "seed-priv" / "privkey.pem", live / "privkey.pem")  # fixed: hot swap
+    wait_until(lambda: served() == b"CN=seed-priv.openssl.test", 5, what="fixed pair served")
 
 
-def test_connection_cap_closes_l4_connections_over_it(backend_factory, fleet_factory):
-    from tests.peers import connection_closed, tls_client
-    from tests.test_fleet_l4 import two_services
+def l4_fleet(fleet_factory, backend, *, any_source: bool):
+    port = free_port("0.0.0.0")
+    fleet = fleet_factory(
+        f"""
+[network]
+internal_l4_any_source = {"true" if any_source else "false"}
+[[instances]]
+service = "vault"
+id = "vault-1"
+host = "127.0.0.1"
+port = {backend.port}
+tls = true
+[[domains]]
+hostname = "vault.test"
+service = "vault"
+""",
+        host="0.0.0.0",
+        listen_extra=f'internal_l4 = "0.0.0.0:{port}"',
+    )
+    return fleet, port
 
-    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
-    fleet = fleet_factory(two_services(a, b), limits="max_connections_per_ip = 2")
-    held = [tls_client(fleet.port, "alpha.test") for _ in range(2)]
-    for s in held:
-        s.sendall(b"ping")
-        assert s.recv(65536)
-    raw = socket.create_connection(("127.0.0.1", fleet.port), timeout=5)
-    raw.sendall(_client_hello(b"alpha.test"))
-    assert connection_closed(raw)  # over the cap: a close, nothing else
-    raw.close()
-    for s in held:
-        s.close()
-    assert fleet.stats()["refused_conn_cap_l4"] == 1
 
-
-def _client_hello(sni: bytes) -> bytes:
-    """A ClientHello to get past the peek (the L4 path never answers it: the cap closes first)."""
-    import ssl as _ssl
-
-    incoming, outgoing = _ssl.MemoryBIO(), _ssl.MemoryBIO()
-    ctx = _ssl.SSLContext(_ssl.PROTOCOL_TLS_CLIENT)
+def classical_tls(sock: socket.socket, sni: str) -> ssl.SSLSocket:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
-    ctx.verify_mode = _ssl.CERT_NONE
-    obj = ctx.wrap_bio(incoming, outgoing, server_hostname=sni.decode())
-    try:
-        obj.do_handshake()
-    except _ssl.SSLWantReadError:
-        pass
-    return outgoing.read()
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx.wrap_socket(sock, server_hostname=sni)
 
 
-class FlakyBackend:
-    """Answers 503 while ``failing``, else 200: a backend going down and coming back."""
-
-    def __init__(self) -> None:
-        import http.server
-
-        outer = self
-        self.failing = True
-        self.hits = 0
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:
-                outer.hits += 1
-                status = 503 if outer.failing else 200
-                self.send_response(status)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def test_breaker_opens_fails_fast_probes_and_closes_across_both_workers(external_host, fleet_factory):  # noqa: F811
-    flaky = FlakyBackend()
-    try:
-        fleet = l7_fleet(
-            fleet_factory,
-            flaky,
-            extra="[breaker]\nfailures = 3\nopen_s = 1\nprobe_timeout_s = 1\nmin_requests = 1000\n",
-        )
-        get = b"GET /x HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n"
-
-        def status_on_new_connection() -> int:  # new connections spread over both workers
-            return request(external_host, fleet, "shop.apps.test", get)[0]
-
-        statuses = [status_on_new_connection() for _ in range(10)]
-        assert statuses == [503] * 10
-        hits_when_open = flaky.hits
-        assert 3 <= hits_when_open <= 4  # 3 failures open it fleet-wide (a racing worker may add one)
-        assert fleet.saw("breaker_open")
-        for _ in range(5):  # open: answered at once, the backend is spared
-            assert status_on_new_connection() == 503
-        assert flaky.hits == hits_when_open
-        flaky.failing = False
-        from tests.peers import wait_until
-
-        wait_until(lambda: status_on_new_connection() == 200, 10, 0.2, what="the probe closes the breaker")
-        assert all(status_on_new_connection() == 200 for _ in range(5))
-        stats = fleet.stats()
-        assert stats["breaker_opened"] >= 1 and stats["breaker_closed"] >= 1 and stats["refused_breaker_open"] >= 5
-        assert fleet.saw("breaker_closed")
-    finally:
-        flaky.close()
+@pytest.mark.parametrize("any_source", [False, True])
+def test_internal_l4_listener_pipes_external_sources_only_when_allowed(
+    external_host,  # noqa: F811
+    fleet_factory,
+    backend_factory,
+    any_source,
+):
+    vault = backend_factory("vault", "vault.test")
+    fleet, port = l4_fleet(fleet_factory, vault, any_source=any_source)
+    # An internal client is always piped raw: the backend's own (classical) certificate answers.
+    with classical_tls(socket.create_connection(("127.0.0.1", port), timeout=5), "vault.test") as s:
+        assert s.getpeercert(binary_form=True) == vault.cert_der
+        s.sendall(b"in")
+        assert s.recv(100) == b"vault:in"
+    raw = external_host.connect(port)
+    if not any_source:
+        with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+            classical_tls(raw, "vault.test")  # closed before a byte is read: never reaches the backend
+        raw.close()
+        assert vault.connections == 1
+        assert fleet.stats()["internal_l4_refused"] == 1
+        return
+    with classical_tls(raw, "vault.test") as s:  # never decrypted, though the source is external
+        assert s.getpeercert(binary_form=True) == vault.cert_der
+        s.sendall(b"out")
+        assert s.recv(100) == b"vault:out"
+    stats = fleet.stats()
+    assert stats["connections_internal_l4"] == 2 and stats.get("connections_l7", 0) == 0

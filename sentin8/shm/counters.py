@@ -30,6 +30,13 @@ NAMES: tuple[str, ...] = (
     "handshake_ok",
     "handshake_errors",
     "handshake_timeout",
+    "tls_resumed",  # handshakes that resumed a session (a ticket from any worker of the fleet)
+    "tls_alpn_refused",  # ALPN offered, nothing the edge speaks: no_application_protocol alert
+    "peek_bad_version",  # record version major != 3: protocol_version alert, then close
+    "cert_rejected",  # a store pair present but unusable (each worker counts the file versions it read)
+    "cert_expiring",  # a certificate in use with less than 7 days left (once per certificate per worker)
+    "connections_internal_l4",  # accepted on listen.internal_l4 and piped raw
+    "internal_l4_refused",  # listen.internal_l4 from outside network.internal_cidrs (not allowed)
     # L7
     "requests",
     "http_400",
@@ -53,6 +60,7 @@ NAMES: tuple[str, ...] = (
     "upstream_timeout",
     "slowloris_closed",
     "idle_closed",
+    "drain_idle_closed",
     "websocket_upgrades",
     "acme_passthrough",
     "policy_waf",
