@@ -1,4 +1,4 @@
-"""Edge protection through the whole fleet (issue 12): rate limit, WAF, caps and breaker, external PQ TLS clients.
+"""Edge protection through the whole fleet (issue 12): rate limit, WAF, caps, breaker; external PQ TLS clients."""
 
 from __future__ import annotations
 

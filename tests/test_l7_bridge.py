@@ -1659,3 +1659,20 @@ def test_results_reach_the_circuit_breaker(start, backend):
     wait_until(lambda: len(proxy.ctx.results) == 2, what="two results")
     assert proxy.ctx.results == [("web-0", True), ("web-0", False)]
     settled(proxy)
+
+
+def test_waf_inspects_a_websocket_upgrade_then_the_tunnel_opens(start, backend):
+    proxy = with_waf(start(make_table([backend])))
+    c = proxy.client()
+    c.send(get("/ws", extra=WS_UPGRADE) + b"early")
+    r = c.response()
+    assert r.status == 101
+    while len(c.buf) < len(b"echo:early"):
+        assert c._fill()
+    assert c.buf == b"echo:early"
+    assert proxy.counters["waf_inspected"] == 1
+    c2 = proxy.client()
+    r = c2.request(get("/ws?x=%3Cscript%3Ealert(1)%3C%2Fscript%3E", extra=WS_UPGRADE))
+    assert r.status == 403 and c2.closed()
+    c.close()
+    settled(proxy)
