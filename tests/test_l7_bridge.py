@@ -1676,3 +1676,14 @@ def test_waf_inspects_a_websocket_upgrade_then_the_tunnel_opens(start, backend):
     assert r.status == 403 and c2.closed()
     c.close()
     settled(proxy)
+
+
+def test_waf_answers_expect_100_continue_itself_and_relays_no_second_one(start, backend):
+    proxy = with_waf(start(make_table([backend])))
+    c = proxy.client()
+    c.send(b"POST /continue HTTP/1.1\r\nHost: shop.example.com\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
+    assert c.response().status == 100  # from the proxy: the WAF needs the body before the backend sees anything
+    c.send(b"body")
+    r = c.response()
+    assert r.status == 200 and r.body == b"body"  # the backend's own 100 was not passed on as a second one
+    settled(proxy)

@@ -679,6 +679,13 @@ class PlainHTTPListener(L7Bridge):
         super().__init__(ctx, loop, client_addr, scheme)
 
 
+def _expects_continue(headers: list[Header]) -> bool:
+    for name, value in headers:
+        if len(name) == 6 and name.lower() == b"expect" and value.strip(b" \t").lower() == b"100-continue":
+            return True
+    return False
+
+
 class _Exchange:
     """One request and its response: routing, the upstream connection, both body directions, a tunnel."""
 
@@ -695,6 +702,7 @@ class _Exchange:
         "close_client",
         "close_delimited",
         "conn",
+        "continue_sent",
         "done",
         "head_bytes",
         "head_only",
@@ -742,6 +750,7 @@ class _Exchange:
         self.close_client = False
         self.local_pending = False  # answered locally; the rest of the request body is read and dropped
         self.waf_waiting = False  # the WAF waits for the body (held in req.body) before inspecting
+        self.continue_sent = False  # we answered Expect: 100-continue ourselves
         self._waf: tuple[WafGate, WafEngine, str, bytes] | None = None  # an inspection to come or running
         self.resp_parser: httptools.HttpResponseParser | None = None
         self._out: list[bytes] | None = None  # response bytes batched during one upstream read
@@ -878,6 +887,12 @@ class _Exchange:
         self._waf = (gate, engine, host, corr)
         self.bridge._hold_limit = max(BODY_BUFFER_LIMIT, s.body_max)
         self.waf_waiting = True
+        req = self.req
+        if not req.complete and head.has_body and head.version == "1.1" and _expects_continue(head.headers):
+            # The WAF needs the body before anything goes upstream, so the backend cannot say 100 Continue:
+            # we do, or the client would wait for it (curl: 1 s) before sending the body we wait for.
+            self.continue_sent = True
+            self.bridge._write(b"HTTP/1.1 100 Continue\r\n\r\n")
         self._waf_body_progress()
 
     def _waf_body_progress(self) -> None:
@@ -1187,6 +1202,8 @@ class _Exchange:
                 self.upgrading = True
                 return
             self.interim = True
+            if status == 100 and self.continue_sent:
+                return  # the client has had its 100 Continue from us (the WAF asked for the body)
             if req_head.version == "1.1":
                 self._emit(response_head(status, self.resp_reason, response_headers(self.resp_headers)))
             return
