@@ -27,6 +27,7 @@ class WorkerL7Context:
         self.cfg: Config = worker.cfg
         self.counters = worker.counters
         self.edge_policy = policy
+        self.policy_values = worker.policy_values
         self.pool = UpstreamPool.from_config(loop, self.cfg)
         self.gate = WafGate(loop, policy, self.counters.inc)
         self.inflight_now = 0  # this worker's L7 requests in flight (the gauge's local twin, for the cap)
@@ -64,6 +65,9 @@ class WorkerL7Context:
         self.counters.add_gauge("active_connections", delta)
 
     def policy(self, request: RequestInfo) -> Verdict | None:
+        values = self.policy_values.current()  # one shared read; a new object only after a runtime change
+        if values is not self.edge_policy.cfg:
+            self.edge_policy.cfg = values  # EdgePolicy reads its values from .cfg at decision time
         verdict = self.edge_policy.check(request.client_ip, request.host, request.target)
         if verdict is not None:
             self.counters.inc(verdict.counter)

@@ -1,0 +1,1 @@
+"""Metrics: the Prometheus exposition (the management port's /metrics) and the fleet's published document."""
