@@ -75,6 +75,7 @@ class EdgePolicy:
         self.buckets = buckets
         self.clock = clock
         self._engine: WafEngine | None = None
+        self._engine_cfg: Policy | None = None  # the values object the engine was last checked against
         self._engine_lock = threading.Lock()
 
     def _clock_us(self) -> int:
@@ -102,10 +103,13 @@ class EdgePolicy:
         if not cfg.waf:
             return None
         engine = self._engine
+        if engine is not None and cfg is self._engine_cfg:
+            return engine  # the same values object as last time (a runtime change replaces it): nothing to compare
         settings: WafSettings = settings_from_policy(cfg)
         if engine is None or engine.settings != settings:
             with self._engine_lock:
                 engine = self._engine
                 if engine is None or engine.settings != settings:
                     engine = self._engine = WafEngine(settings)
+        self._engine_cfg = cfg
         return engine
