@@ -250,3 +250,47 @@ def test_breaker_opens_fails_fast_probes_and_closes_across_both_workers(external
         assert fleet.saw("breaker_closed")
     finally:
         flaky.close()
+
+
+@pytest.mark.parametrize(
+    "big",
+    [
+        b"GET /" + b"/*x" * 21_800 + b" HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n",  # the 65 KB URL
+        b"GET / HTTP/1.1\r\nHost: shop.apps.test\r\nX-Filler: " + b"/*x" * 21_800 + b"\r\n\r\n",  # a 64 KiB header
+    ],
+    ids=["65kb-url", "64kib-header"],
+)
+def test_quadratic_inputs_through_the_fleet_answered_fast_beside_another_client(
+    external_host,  # noqa: F811
+    fleet_factory,
+    web,
+    big,
+):
+    """The inputs that froze both workers for 10 s: answered within 100 ms, while a second client is served."""
+    fleet = l7_fleet(fleet_factory, web, extra=WAF + "max_header_bytes = 131072\n")
+    other = PQClient(external_host.connect(fleet.port), "shop.apps.test")
+    other.handshake()
+    get = b"GET /fine HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n"
+    assert _head(other.request(get))[0] == 200
+    attacker = PQClient(external_host.connect(fleet.port), "shop.apps.test")
+    attacker.handshake()
+    answered, latencies = [], []
+    for _ in range(8):
+        start = time.monotonic()
+        attacker.sendall(big)  # in flight: its inspection runs while the other client asks
+        t0 = time.monotonic()
+        assert _head(other.request(get))[0] == 200
+        latencies.append(time.monotonic() - t0)
+        status, _ = _head(attacker.request(b""))  # now read the big one's answer
+        answered.append(time.monotonic() - start)
+        assert status in (200, 403)
+        if status == 403:  # blocked requests close the connection
+            attacker.close()
+            attacker = PQClient(external_host.connect(fleet.port), "shop.apps.test")
+            attacker.handshake()
+    attacker.close()
+    other.close()
+    answered.sort()
+    latencies.sort()
+    assert answered[len(answered) // 2] < 0.1, answered
+    assert latencies[len(latencies) // 2] < 0.05, latencies
