@@ -96,16 +96,17 @@ class EdgePolicy:
         """The decisions made on the request head alone (the WAF waits for the body: ``waf_engine``)."""
         return self.rate_limit(client_ip, host)
 
-    def waf_engine(self) -> WafEngine | None:
-        """The engine for the current settings when the WAF is on, else None. Built (~0.1 s) at start, or on
-        the first request after the settings change; raises ``WafLoadError`` when the rules do not load."""
-        cfg = self.cfg
+    def waf_engine(self, cfg: Policy | None = None) -> WafEngine | None:
+        """The engine for ``cfg`` (default: the current values) when the WAF is on, else None. Built (~0.1 s)
+        when the settings are new; raises ``WafLoadError`` when the rules do not load. Thread-safe."""
+        cfg = cfg or self.cfg
         if not cfg.waf:
             return None
-        engine = self._engine
-        if engine is not None and cfg is self._engine_cfg:
-            return engine  # the same values object as last time (a runtime change replaces it): nothing to compare
+        engine = self.ready_engine(cfg)
+        if engine is not None:
+            return engine
         settings: WafSettings = settings_from_policy(cfg)
+        engine = self._engine
         if engine is None or engine.settings != settings:
             with self._engine_lock:
                 engine = self._engine
@@ -113,3 +114,16 @@ class EdgePolicy:
                     engine = self._engine = WafEngine(settings)
         self._engine_cfg = cfg
         return engine
+
+    def ready_engine(self, cfg: Policy | None = None) -> WafEngine | None:
+        """The engine for ``cfg`` if it is built already, else None (never builds: cheap, for the loop)."""
+        cfg = cfg or self.cfg
+        engine = self._engine
+        if engine is None:
+            return None
+        if cfg is self._engine_cfg:
+            return engine  # the same values object as last time (a runtime change replaces it): nothing to compare
+        if engine.settings == settings_from_policy(cfg):
+            self._engine_cfg = cfg
+            return engine
+        return None

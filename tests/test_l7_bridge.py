@@ -1687,3 +1687,25 @@ def test_waf_answers_expect_100_continue_itself_and_relays_no_second_one(start, 
     r = c.response()
     assert r.status == 200 and r.body == b"body"  # the backend's own 100 was not passed on as a second one
     settled(proxy)
+
+
+def test_a_waf_turned_on_at_run_time_loads_its_rules_off_the_loop(start, backend):
+    """The management API may turn the WAF on at run time: loading the rules (~0.1 s) must not stall the
+    worker's other connections; requests that arrive meanwhile wait for it, then are inspected."""
+    proxy = start(make_table([backend]))
+    edge = EdgePolicy(Policy(waf=True), None)  # not loaded: the first request triggers it
+    proxy.ctx.gate = WafGate(proxy.loop, edge, proxy.ctx.count)
+    clients = [proxy.client() for _ in range(3)]
+    clients[0].send(get("/a"))
+    clients[1].send(get("/b?q=1%27%20OR%201=1--"))
+    stalls = []
+    while edge.ready_engine() is None:  # meanwhile the loop answers at once
+        t0 = time.monotonic()
+        proxy.call(lambda: None)
+        stalls.append(time.monotonic() - t0)
+    assert stalls and max(stalls) < 0.05, max(stalls)
+    assert clients[0].response().status == 200
+    assert clients[1].response().status == 403
+    assert clients[2].request(get("/c")).status == 200  # built: inspected inline now
+    assert proxy.counters["waf_engine_builds"] == 1 and proxy.counters["waf_inspected"] == 3
+    settled(proxy)

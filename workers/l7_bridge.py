@@ -846,17 +846,9 @@ class _Exchange:
         self.head_bytes = request_head(head.method, head.target, headers, framing=framing)
         if not is_acme:  # ACME challenges always pass (DESIGN §3)
             gate = ctx.waf_gate()
-            if gate is not None:
-                try:
-                    engine = gate.engine()
-                except Exception:
-                    log.exception("WAF rule set failed to load: failing closed")
-                    ctx.count("waf_errors")
-                    self.respond_error(503)
-                    return
-                if engine is not None:
-                    self._waf_begin(gate, engine, host, corr)
-                    return
+            if gate is not None and gate.enabled():
+                gate.when_ready(lambda engine: self._waf_engine_ready(gate, engine, host, corr))
+                return
         self._forward()
 
     def _forward(self) -> None:
@@ -876,6 +868,20 @@ class _Exchange:
             self._task = b.loop.create_task(self._connect(fresh=False))
 
     # -- the WAF: the body is buffered (up to waf_body_max) and inspected before anything goes upstream ------
+    def _waf_engine_ready(
+        self, gate: WafGate, engine: WafEngine | BaseException | None, host: str, corr: bytes
+    ) -> None:
+        if self.done:
+            return  # the client went away while the rules loaded
+        if isinstance(engine, BaseException):
+            log.error("WAF rule set failed to load: failing closed", exc_info=engine)
+            self.bridge.ctx.count("waf_errors")
+            self.respond_error(503)
+        elif engine is None:
+            self._forward()  # turned off meanwhile
+        else:
+            self._waf_begin(gate, engine, host, corr)
+
     def _waf_begin(self, gate: WafGate, engine: WafEngine, host: str, corr: bytes) -> None:
         head = self.req.head
         assert head is not None
@@ -885,7 +891,10 @@ class _Exchange:
             self.respond_error(413)  # refused before a byte of it is read
             return
         self._waf = (gate, engine, host, corr)
-        self.bridge._hold_limit = max(BODY_BUFFER_LIMIT, s.body_max)
+        b = self.bridge
+        b._hold_limit = max(BODY_BUFFER_LIMIT, s.body_max)
+        if b._paused & _P_BUFFER and self.req.buffered <= b._hold_limit:
+            b._unpause(_P_BUFFER)  # held at the default limit while the rules loaded: room for more now
         self.waf_waiting = True
         req = self.req
         if not req.complete and head.has_body and head.version == "1.1" and _expects_continue(head.headers):

@@ -29,11 +29,46 @@ class WafGate:
         self.policy = policy
         self.count = count
         self._pool: ThreadPoolExecutor | None = None
+        self._build: tuple | None = None  # (values object, waiters) of the engine being built off the loop
         self._log_window = 0.0
         self._logged = 0
 
-    def engine(self) -> WafEngine | None:
-        return self.policy.waf_engine()
+    def enabled(self) -> bool:
+        return self.policy.cfg.waf
+
+    def when_ready(self, done: Callable[[WafEngine | BaseException | None], None]) -> None:
+        """Call ``done`` with the engine for the current settings: at once when it is built (the usual case),
+        else once a thread has built it (a runtime change: loading the rules takes ~0.1 s, which the loop does
+        not wait for). None when the WAF is off; the exception when the rules do not load."""
+        policy = self.policy
+        cfg = policy.cfg
+        if not cfg.waf:
+            done(None)
+            return
+        engine = policy.ready_engine(cfg)
+        if engine is not None:
+            done(engine)
+            return
+        build = self._build
+        if build is None or build[0] is not cfg:
+            waiters: list[Callable[[WafEngine | BaseException | None], None]] = []
+            self._build = build = (cfg, waiters)
+            self.count("waf_engine_builds", 1)
+            fut = self.loop.run_in_executor(self._executor(), policy.waf_engine, cfg)
+            fut.add_done_callback(lambda f, b=build: self._built(f, b))
+        build[1].append(done)
+
+    def _built(self, fut: asyncio.Future, build: tuple) -> None:
+        if self._build is build:
+            self._build = None
+        result = fut.exception() if not fut.cancelled() else RuntimeError("WAF engine build cancelled")
+        for done in build[1]:
+            done(result if result is not None else fut.result())
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="waf")
+        return self._pool
 
     def inspect(
         self, engine: WafEngine, req: WafRequest, size: int, done: Callable[[WafVerdict | BaseException], None]
@@ -46,10 +81,8 @@ class WafGate:
                 result = exc
             done(result)
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="waf")
         self.count("waf_offloaded", 1)
-        fut = self.loop.run_in_executor(self._pool, engine.inspect, req)
+        fut = self.loop.run_in_executor(self._executor(), engine.inspect, req)
         fut.add_done_callback(lambda f: None if f.cancelled() else done(f.exception() or f.result()))
 
     def report(self, verdict: WafVerdict, service: str, correlation_id: bytes) -> None:

@@ -89,6 +89,7 @@ NAMES: tuple[str, ...] = (
     "waf_errors",
     "waf_body_too_large",
     "waf_log_suppressed",
+    "waf_engine_builds",  # rule sets loaded off the loop after a runtime change
     "waf_rule_method",
     "waf_rule_scanner",
     "waf_rule_protocol",
