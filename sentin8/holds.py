@@ -17,21 +17,31 @@ class Gauge(Protocol):
 
 
 class Hold:
-    """One connection's share of ``OpenConnections``."""
+    """One connection's share of ``OpenConnections``, plus whatever else the connection holds until it ends
+    (``also``: e.g. its place under the per-client connection cap), all released together, once."""
 
-    __slots__ = ("_owner",)
+    __slots__ = ("_also", "_owner")
 
     def __init__(self, owner: OpenConnections) -> None:
         self._owner: OpenConnections | None = owner
+        self._also: Callable[[], None] | None = None
 
     @property
     def released(self) -> bool:
         return self._owner is None
 
+    def also(self, release: Callable[[], None]) -> None:
+        """Run ``release`` when this hold is released (one extra release per hold)."""
+        assert self._also is None and self._owner is not None
+        self._also = release
+
     def release(self) -> None:
         owner, self._owner = self._owner, None
         if owner is not None:
+            also, self._also = self._also, None
             owner.released_one()
+            if also is not None:
+                also()
 
 
 class OpenConnections:

@@ -101,3 +101,40 @@ def test_connect_first_skips_and_reports_the_unreachable():
     finally:
         live.close()
         dead.close()
+
+
+def test_breaker_opens_on_failures_skips_the_instance_and_fails_fast_when_all_are_open():
+    from sentin8.breaker import BreakerRules
+    from sentin8.shm.breakers import BreakerTable
+    from sentin8.shm.breakers import region_bytes as breaker_bytes
+
+    counter_view = memoryview(bytearray(BLOCK_BYTES))
+    counters = CounterReader(counter_view, 1)
+    clock = Clock()
+    rules = BreakerRules(failures=2, failure_ratio=1.0, min_requests=100, window_s=10, open_s=5, probe_timeout_s=5)
+    table = BreakerTable(memoryview(bytearray(breaker_bytes(64))), 64, rules, clock)
+    suspects = SuspectTable(memoryview(bytearray(SuspectTable.region_bytes(64))), 64)
+    snap = Snapshot(routing.build([Route("shop.test", "web")], [web(0), web(1)], built_at=0.0))
+    backends = Backends(snap, Selector(suspects, 30, 10), WorkerCounters(counter_view, 0), clock, table, 5.0)
+    backends.failed(web(0))
+    backends.failed(web(0))  # two consecutive failures: web-0's breaker opens, for every worker
+    assert {i.id for i in backends.candidates("web")} == {"web-1"}
+    total = counters.total()
+    assert total["breaker_opened"] == 1 and total["breaker_skipped"] == 1 and total["backend_connect_errors"] == 2
+    backends.result("web-1", False)
+    backends.result("web-1", False)
+    assert backends.candidates("web") == []  # both open: refuse now rather than wait on dead backends
+    assert counters.total()["refused_breaker_open"] == 1
+    clock.now += 6  # open_s passed: half-open, one probe each
+    probe = backends.candidates("web")
+    assert {i.id for i in probe} == {"web-0", "web-1"}
+    backends.result("web-0", True)
+    assert counters.total()["breaker_closed"] == 1
+
+
+def test_without_breakers_results_change_nothing():
+    backends, _, counters, _ = make([web(0)])
+    for _ in range(10):
+        backends.result("web-0", False)
+    assert [i.id for i in backends.candidates("web")] == ["web-0"]
+    assert counters.total()["breaker_opened"] == 0

@@ -141,3 +141,14 @@ def test_a_gauge_below_zero_is_counted_not_hidden():
     counters.add_gauge("l4_active", -1)
     total = reader.total()
     assert total["l4_active"] == 0 and total["gauge_underflow"] == 1
+
+
+def test_what_a_hold_also_holds_is_given_back_once_with_it():
+    counters, reader = _counters()
+    open_ = OpenConnections(counters)
+    given_back: list[str] = []
+    hold = open_.hold()
+    hold.also(lambda: given_back.append("cap place"))
+    hold.release()
+    hold.release()
+    assert given_back == ["cap place"] and open_.count == 0 and reader.total()["gauge_underflow"] == 0

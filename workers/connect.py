@@ -34,12 +34,16 @@ async def connect_first(
     loop: asyncio.AbstractEventLoop, backends: Backends, order: list[Instance], timeout: float
 ) -> socket.socket | None:
     """The first instance of ``order`` that accepts a TCP connection; each one that does not is reported to
-    ``backends`` (suspect for every worker, counted). None when none answers."""
+    ``backends`` (suspect for every worker, counted, a failure for its breaker), the one that does as a
+    success. None when none answers."""
     for inst in order:
         try:
-            return await connect_tcp(loop, inst.host, inst.port, timeout)
+            sock = await connect_tcp(loop, inst.host, inst.port, timeout)
         except OSError:  # TimeoutError included
             backends.failed(inst)
+            continue
+        backends.result(inst.id, True)
+        return sock
     return None
 
 

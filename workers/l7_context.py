@@ -10,7 +10,7 @@ from OpenSSL import SSL
 from sentin8 import tls
 from sentin8.backends import Backends
 from sentin8.config import Config, Upstream
-from sentin8.policy import EdgePolicy
+from sentin8.policy import EdgePolicy, Verdict
 from sentin8.routing import Instance, Route
 from sentin8.shm.counters import WorkerCounters
 from sentin8.shm.policy import PolicyCache
@@ -18,6 +18,7 @@ from sentin8.shm.policy import PolicyCache
 from .l7_bridge import RequestInfo
 from .tls_layer import TLSClientProtocol
 from .upstream import UpstreamPool
+from .waf_gate import WafGate
 
 
 class WorkerL7Context:
@@ -38,6 +39,8 @@ class WorkerL7Context:
         self.edge_policy = policy
         self.policy_values = policy_values
         self.pool = UpstreamPool.from_config(loop, cfg)
+        self.gate = WafGate(loop, policy, counters.inc)
+        self.inflight_now = 0  # this worker's L7 requests in flight (the gauge's local twin, for the cap)
         self._upstream_tls = UpstreamTLS(cfg.upstream, counters.inc)
 
     def resolve(self, host: str) -> Route | None:
@@ -49,6 +52,13 @@ class WorkerL7Context:
     def backend_failed(self, instance: Instance) -> None:
         self.backends.failed(instance)
 
+    def upstream_result(self, instance_id: str, ok: bool) -> None:
+        self.backends.result(instance_id, ok)
+
+    def overloaded(self) -> bool:
+        cap = self.cfg.limits.max_inflight_per_worker
+        return bool(cap) and self.inflight_now > cap
+
     def count(self, name: str, n: int = 1) -> None:
         self.counters.inc(name, n)
 
@@ -56,18 +66,20 @@ class WorkerL7Context:
         self.counters.observe_latency(seconds)
 
     def inflight(self, delta: int) -> None:
+        self.inflight_now += delta
         self.counters.add_gauge("active_connections", delta)
 
-    def policy(self, request: RequestInfo) -> int | None:
+    def policy(self, request: RequestInfo) -> Verdict | None:
         values = self.policy_values.current()  # one shared read; a new object only after a runtime change
         if values is not self.edge_policy.cfg:
             self.edge_policy.cfg = values  # EdgePolicy reads its values from .cfg at decision time
         verdict = self.edge_policy.check(request.client_ip, request.host, request.target)
-        if verdict is None:
-            return None
-        status, counter = verdict
-        self.counters.inc(counter)
-        return status
+        if verdict is not None:
+            self.counters.inc(verdict.counter)
+        return verdict
+
+    def waf_gate(self) -> WafGate:
+        return self.gate
 
     def upstream_tls(self, instance: Instance) -> Callable[[asyncio.Protocol], asyncio.Protocol] | None:
         return self._upstream_tls.for_instance(instance)

@@ -20,6 +20,7 @@ from OpenSSL import SSL
 
 from sentin8 import lifecycle, routing, session_tickets, tls
 from sentin8.backends import Backends
+from sentin8.breaker import BreakerRules
 from sentin8.certstore import CertStore, ServerCert, store_dirname
 from sentin8.config import Config
 from sentin8.eventlog import event
@@ -61,11 +62,18 @@ class Worker:
         self.status_fd = status_fd
         self.counters = shared.worker_counters(slot)
         self.counters.zero_gauges()
+        br = cfg.breaker
+        self.breakers = shared.breakers(
+            BreakerRules(br.failures, br.failure_ratio, br.min_requests, br.window_s, br.open_s, br.probe_timeout_s)
+        )
         self.backends = Backends(
             SnapshotCache(shared.snapshot_reader(), _decode_paused_gc),
             Selector(shared.suspects(), cfg.sources.health_fresh_s, cfg.sources.suspect_ttl_s),
             self.counters,
+            breakers=self.breakers if br.enabled else None,
+            breaker_open_s=br.open_s,
         )
+        self.conncap = shared.connection_counts(slot)
         self.classifier = Classifier(cfg.network.internal_cidrs)
         self.pipes = PipePool()
         self.policy = EdgePolicy(cfg.policy, shared.buckets())
@@ -101,6 +109,7 @@ class Worker:
         self.stopped = self.loop.create_future()
         self.l7 = WorkerL7Context(self.cfg, self.loop, self.counters, self.backends, self.policy, self.policy_values)
         self.certs.bootstrap()  # first boot generates it (once, under a file lock), not the first handshake
+        self.policy.waf_engine()  # the rule set loads now (~0.1 s), not on the first request
         https = bind_reuseport(
             self.cfg.listen.https, "listen.https", defer_accept_s=max(1, int(self.cfg.limits.peek_timeout_s))
         )
@@ -126,6 +135,7 @@ class Worker:
         code = await self.stopped
         self.pipes.close()
         self.l7.pool.close()
+        self.l7.gate.close()
         return code
 
     def _close_listeners(self) -> None:
@@ -207,23 +217,38 @@ class Worker:
         connection is SNI-routed and piped raw, never decrypted, whatever its source; a source outside
         network.internal_cidrs is refused before a byte is read unless internal_l4_any_source allows it."""
         handed_off = False
+        over_cap = False
         try:
             internal = self.classifier.is_internal(addr[0])
             if guaranteed_l4 and not internal and not self.cfg.network.internal_l4_any_source:
                 self.counters.inc("internal_l4_refused")
                 return
             limits = self.cfg.limits
+            if limits.max_connections_per_ip:
+                ip = addr[0]
+                if self.conncap.acquire(ip, limits.max_connections_per_ip):
+                    hold.also(lambda: self.conncap.release(ip))  # given back with the hold: once
+                else:
+                    over_cap = True
             try:
                 hello = await peek_client_hello(self.loop, conn, limits.peek_max_bytes, limits.peek_timeout_s)
             except PeekFailed as exc:
                 self.counters.inc(exc.reason)
                 return
             if guaranteed_l4:
+                if over_cap:
+                    self.counters.inc("refused_conn_cap_l4")
+                    return
                 self.counters.inc("connections_internal_l4")
                 handed_off = await self._serve_l4(conn, hello.sni, hold)
                 return
             if not internal:
-                handed_off = await self.serve_external(conn, addr, hold)
+                if over_cap:
+                    self.counters.inc("refused_conn_cap_l7")  # answered 503 + close once it speaks HTTP
+                handed_off = await self.serve_external(conn, addr, hold, over_cap)
+                return
+            if over_cap:
+                self.counters.inc("refused_conn_cap_l4")
                 return
             self.counters.inc("connections_l4")
             handed_off = await self._serve_l4(conn, hello.sni, hold)
@@ -232,18 +257,25 @@ class Worker:
         finally:
             if not handed_off:
                 conn.close()
-                hold.release()  # a no-op when a half-done hand-off already released it
+                hold.release()  # with its cap place; a no-op when a half-done hand-off already released it
 
-    async def serve_external(self, conn: socket.socket, addr: tuple, hold: Hold) -> bool:
+    async def serve_external(self, conn: socket.socket, addr: tuple, hold: Hold, over_cap: bool = False) -> bool:
         """External: terminate PQ TLS (certificate per SNI, bootstrap when none) and bridge at L7. The peeked
         ClientHello is still in the socket, so the TLS layer reads it as if nothing happened. Returns True once
         the transport owns the socket; its ``connection_lost`` releases the hold."""
         self.counters.inc("connections_l7")
+
+        def bridge() -> L7Bridge:
+            made = self._new_bridge(L7Bridge, addr, "https")
+            if over_cap:
+                made.refuse_status = 503  # over the per-client connection cap: every request gets 503 + close
+            return made
+
         layer = _TrackedTLS(
             self.bridges,
             hold,
             self.sni.front,
-            lambda: self._new_bridge(L7Bridge, addr, "https"),
+            bridge,
             handshake_timeout=self.cfg.limits.handshake_timeout_s,
             on_handshake_error=self._handshake_error,
             on_handshake_done=self._handshake_done,
