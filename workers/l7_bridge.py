@@ -798,8 +798,8 @@ class _Exchange:
             self.respond_error(404)
             return
         if b._tls and b._sni is None:
-            # SNI is the routing key (DESIGN §3.4): a TLS client that sent none got the bootstrap certificate
-            # so that it can read this answer; it is never routed by Host alone.
+            # SNI is the routing key (ARCHITECTURE.md §3 step 4): a TLS client that sent none got the bootstrap
+            # certificate so that it can read this answer; it is never routed by Host alone.
             ctx.count("no_sni")
             self.respond_error(421)
             return
@@ -850,7 +850,7 @@ class _Exchange:
         if not head.authority:
             headers.append((b"Host", host.encode()))  # HTTP/1.0 without Host: upstream is 1.1, Host is the SNI
         self.head_bytes = request_head(head.method, head.target, headers, framing=framing)
-        if not is_acme:  # ACME challenges always pass (DESIGN §3)
+        if not is_acme:  # ACME challenges always pass (ARCHITECTURE.md §3 step 6)
             gate = ctx.waf_gate()
             if gate is not None and gate.enabled():
                 gate.when_ready(lambda engine: self._waf_engine_ready(gate, engine, host, corr))
