@@ -354,7 +354,9 @@ class Arbiter:
                 continue
             code = os.waitstatus_to_exitcode(status)
             if child.slot >= 0:
-                self.shared.counter_reader().zero_gauges(child.slot)
+                reader = self.shared.counter_reader()
+                reader.zero_gauges(child.slot)
+                reader.retire(child.slot)  # its counts join the retired total: no total ever goes down
                 self.free_slots.append(child.slot)
             if self.state != "running":
                 if not self._workers():

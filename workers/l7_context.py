@@ -12,9 +12,13 @@ from sentin8.config import Config
 from sentin8.policy import EdgePolicy
 from sentin8.routing import Instance, Route
 
-from .l7_bridge import RequestInfo
+from .access_log import AccessLog
+from .l7_bridge import RequestInfo, _Exchange
 from .tls_layer import TLSClientProtocol
 from .upstream import UpstreamPool
+
+# EdgePolicy verdict counters -> policy-block kinds (sentin8.shm.counters.POLICY_KINDS)
+POLICY_KIND = {"policy_rate_limit": "rate_limit", "policy_waf": "waf"}
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -30,6 +34,7 @@ class WorkerL7Context:
         up = self.cfg.upstream
         self._upstream_ctx = None
         self._upstream_opts = {"ca_file": up.ca_file, "client_cert": up.client_cert, "client_key": up.client_key}
+        self.access_log = AccessLog(worker.index) if self.cfg.log.access else None
 
     def resolve(self, host: str) -> Route | None:
         table = self.worker.routes.current()
@@ -45,8 +50,23 @@ class WorkerL7Context:
     def count(self, name: str, n: int = 1) -> None:
         self.counters.inc(name, n)
 
-    def observe_latency(self, service: str, status: int, seconds: float) -> None:
-        self.counters.observe_latency(seconds)
+    def service_id(self, service: str) -> int:
+        table = self.worker.routes.current()
+        return table.service_id(service) if table is not None else 0
+
+    def upstream(self, sidx: int, name: str) -> None:
+        self.counters.upstream(sidx, name)
+
+    def request_done(self, ex: _Exchange, seconds: float) -> None:
+        """An answered request: per-service status and latency, traffic side, header caps, access log."""
+        counters = self.counters
+        status = ex.status
+        counters.request(ex.sidx, status, seconds)
+        counters.traffic(ex.bridge.external, "requests")
+        if status == 431:
+            counters.policy_block("header_caps")
+        if self.access_log is not None:
+            self.access_log.write(ex, seconds)
 
     def inflight(self, delta: int) -> None:
         self.counters.add_gauge("active_connections", delta)
@@ -57,6 +77,7 @@ class WorkerL7Context:
             return None
         status, counter = verdict
         self.counters.inc(counter)
+        self.counters.policy_block(POLICY_KIND.get(counter, "other"))
         return status
 
     def upstream_tls(self, instance: Instance) -> Callable[[asyncio.Protocol], asyncio.Protocol] | None:

@@ -20,6 +20,7 @@ import uvloop
 from sentin8 import lifecycle, routing
 from sentin8.certstore import CertStore
 from sentin8.config import Config
+from sentin8.metrics.scales import handshake_reason
 from sentin8.netclass import Classifier
 from sentin8.policy import EdgePolicy
 from sentin8.routing import Instance, RoutingTable
@@ -54,7 +55,7 @@ class Worker:
         self.index = index
         self.status_fd = status_fd
         self.counters = shared.worker_counters(slot)
-        self.counters.zero_gauges()
+        self.counters.claim(index)
         self.routes = SnapshotCache(shared.snapshot_reader(), _decode_paused_gc)
         self.selector = Selector(shared.suspects(), cfg.sources.health_fresh_s, cfg.sources.suspect_ttl_s)
         self.classifier = Classifier(cfg.network.internal_cidrs)
@@ -187,8 +188,10 @@ class Worker:
                 self.counters.inc(exc.reason)
                 return
             if not self.classifier.is_internal(addr[0]):
+                self.counters.traffic(True)
                 handed_off = await self.serve_external(conn, addr)
                 return
+            self.counters.traffic(False)
             self.counters.inc("connections_l4")
             handed_off = await self._serve_l4(conn, hello.sni)
         except Exception as exc:  # a bug must cost one connection, never the worker
@@ -217,6 +220,7 @@ class Worker:
     async def _serve_http(self, conn: socket.socket, addr: tuple) -> None:
         """:80 — ACME HTTP-01 only, for every source; everything else is 404."""
         self.counters.inc("connections_http")
+        self.counters.traffic(not self.classifier.is_internal(addr[0]))
         try:
             await self.loop.connect_accepted_socket(lambda: self._new_http_bridge(addr), sock=conn)
         except Exception:
@@ -226,6 +230,7 @@ class Worker:
     def _new_http_bridge(self, addr: tuple) -> _TrackedHTTP:
         bridge = self._new_bridge(_TrackedHTTP, addr, "http")
         bridge.worker = self
+        bridge.external = not self.classifier.is_internal(addr[0])
         return bridge
 
     def _new_bridge(self, kind: type[_B], addr: tuple, scheme: str) -> _B:
@@ -237,6 +242,7 @@ class Worker:
 
     def _handshake_error(self, reason: str) -> None:
         self.counters.inc("handshake_errors")
+        self.counters.handshake_error(handshake_reason(reason))
         if reason == "timeout":
             self.counters.inc("handshake_timeout")
 
@@ -249,6 +255,7 @@ class Worker:
         if route is None:
             self.counters.inc("unknown_sni")  # fail closed: never a default mapping
             return False
+        self.counters.l4_connection(route.sidx)
         backend = await self.connect_backend(route.service, table)
         if backend is None:
             return False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..config import Config
-from . import counters, snapshot
+from . import counters, services, snapshot
 from .ratelimit import BucketTable
 from .ratelimit import region_bytes as ratelimit_bytes
 from .region import SharedRegion
@@ -18,10 +18,13 @@ class SharedState:
         self.region = SharedRegion()
         self.region.reserve("snapshot", snapshot.region_bytes(self.snapshot_capacity))
         self.region.reserve("suspects", SuspectTable.region_bytes(self.suspect_slots))
-        self.region.reserve("counters", counters.region_bytes(worker_slots))
+        self.services = cfg.shm.metrics_services
+        self.region.reserve("counters", counters.region_bytes(worker_slots, self.services))
+        self.region.reserve("services", services.region_bytes(self.services))
         self.ratelimit_slots = cfg.shm.ratelimit_slots
         self.region.reserve("ratelimit", ratelimit_bytes(self.ratelimit_slots))
         self.region.allocate()
+        self.service_names().initialize()
         self.ratelimit_lock_fd = BucketTable.make_lock_fd()
 
     def snapshot_writer(self) -> snapshot.SnapshotWriter:
@@ -34,10 +37,13 @@ class SharedState:
         return SuspectTable(self.region.view("suspects"), self.suspect_slots)
 
     def worker_counters(self, slot: int) -> counters.WorkerCounters:
-        return counters.WorkerCounters(self.region.view("counters"), slot)
+        return counters.WorkerCounters(self.region.view("counters"), slot, self.services)
 
     def counter_reader(self) -> counters.CounterReader:
-        return counters.CounterReader(self.region.view("counters"), self.worker_slots)
+        return counters.CounterReader(self.region.view("counters"), self.worker_slots, self.services)
+
+    def service_names(self) -> services.ServiceNames:
+        return services.ServiceNames(self.region.view("services"), self.services)
 
     def buckets(self) -> BucketTable:
         return BucketTable(self.region.view("ratelimit"), self.ratelimit_slots, self.ratelimit_lock_fd)
