@@ -121,6 +121,20 @@ def scenarios(a: argparse.Namespace) -> list[Scenario]:
             "+ ML-DSA-65, started as one burst",
         ),
         Scenario(
+            "resumed",
+            "L7 resumed PQ handshakes",
+            "hs/s",
+            True,
+            "CPU-ms/hs",
+            1e3,
+            l7,
+            f"2 x openssl s_time -reuse -www / for {d}: each process makes one full handshake, then reconnects "
+            "again and again resuming that session (a TLS 1.3 ticket; no SNI, so sentin8 serves its bootstrap "
+            "certificate and answers 421 itself while the others proxy GET / to the backend); consecutive "
+            "connections land on either worker, so the shared ticket keys are what keeps them resumed. "
+            "Counted: resumed connections only (s_time's 'r'); a full handshake ('*') is an error",
+        ),
+        Scenario(
             "ws_l7",
             "WebSocket echo RTT via L7",
             "µs",
@@ -326,7 +340,7 @@ class Bench:
                 if direct is not None:
                     out.append(("direct", *direct))
                 continue
-            l7 = sc.key in ("l7_wrk", "l7_h2load", "latency", "handshakes", "ws_l7", "mem_l7")
+            l7 = sc.key in ("l7_wrk", "l7_h2load", "latency", "handshakes", "resumed", "ws_l7", "mem_l7")
             peer = (self.l7 if l7 else self.peers).get(name)
             if peer is None:
                 self.skip(sc, name, self.start_errors.get(name, "not started"))
@@ -350,7 +364,7 @@ class Bench:
         if sc.key in table:
             b = table[sc.key]
             return b.port, [b.proc.pid]
-        if sc.key in ("l7_wrk", "l7_h2load", "latency", "handshakes") and bn is not None:
+        if sc.key in ("l7_wrk", "l7_h2load", "latency", "handshakes", "resumed") and bn is not None:
             return bn.extra["tls"], bn.pids()
         return None
 
@@ -391,6 +405,8 @@ class Bench:
             )
         if k == "handshakes":
             return lambda: loadtools.h2load_handshakes(tc, url, a.handshakes)
+        if k == "resumed":
+            return lambda: loadtools.s_time_resumed(tc, port, a.duration)
         if k == "ws_l7":
             return lambda: clients.ws_echo(port, "ws.bench.test", peer != "direct", a.duration)
         if k == "ws_l4":

@@ -27,6 +27,7 @@ import re
 import secrets
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import mldsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from OpenSSL import crypto
+
+from sentin8.eventlog import event
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +77,32 @@ class ServerCert:
     @property
     def leaf(self) -> x509.Certificate:
         return self.chain[0]
+
+
+@dataclass(frozen=True, slots=True)
+class CertExpiry:
+    """One certificate the store can serve: ``sentin8_certificate_expiry_seconds{hostname, source}``."""
+
+    hostname: str  # "shop.example.com", "*.example.com", or "bootstrap"
+    source: str  # "store" | "bootstrap"
+    not_after: float  # unix seconds
+
+    def seconds_left(self, now: float) -> float:
+        return self.not_after - now
+
+
+def expiry_metric_lines(certs: Sequence[CertExpiry], now: float) -> list[str]:
+    """Prometheus text exposition of ``sentin8_certificate_expiry_seconds`` (seconds until not-after; negative
+    once expired) for ``CertStore.expiry()``. Pure: the metrics endpoint adds it to its page."""
+    name = "sentin8_certificate_expiry_seconds"
+    lines = [
+        f"# HELP {name} Seconds until the certificate's notAfter, per served certificate.",
+        f"# TYPE {name} gauge",
+    ]
+    for c in certs:
+        host = c.hostname.replace("\\", "\\\\").replace('"', '\\"')
+        lines.append(f'{name}{{hostname="{host}",source="{c.source}"}} {c.seconds_left(now):.0f}')
+    return lines
 
 
 @dataclass(slots=True)
@@ -122,6 +152,41 @@ def _mldsa65_raw(key: object) -> bytes:
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)  # type: ignore[attr-defined]
 
 
+def load_mldsa65_key(key_pem: bytes) -> tuple[bytes, bytes]:
+    """(PKCS#8 PEM as OpenSSL re-writes it, raw public key) of an ML-DSA-65 private key in any form OpenSSL
+    writes; raise ``UnusableCertificate`` with the reason otherwise.
+
+    OpenSSL 3.5 writes ML-DSA keys as seed + expanded key by default, or seed only, expanded key only, or
+    three non-standard layouts (``ml-dsa.output_formats``); ``cryptography`` loads only seed-only PKCS#8. The
+    key is therefore read by the OpenSSL that will serve it (the one bundled with ``cryptography``, through
+    pyOpenSSL), which checks that a seed and an expanded key agree, and the public half comes back out as
+    SubjectPublicKeyInfo for ``cryptography`` to type-check.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # PKey: the only way in for ML-DSA keys
+        try:
+            # An empty passphrase: an encrypted key fails here instead of OpenSSL prompting on a terminal.
+            pkey = crypto.load_privatekey(crypto.FILETYPE_PEM, key_pem, passphrase=b"")
+        except crypto.Error as exc:
+            raise UnusableCertificate(f"private key does not parse: {_openssl_reason(exc)}") from None
+        public_pem = crypto.dump_publickey(crypto.FILETYPE_PEM, pkey)
+        normalized = crypto.dump_privatekey(crypto.FILETYPE_PEM, pkey)
+    try:
+        public = serialization.load_pem_public_key(public_pem)
+    except Exception as exc:  # UnsupportedAlgorithm for key types cryptography does not know
+        raise UnusableCertificate(f"private key unsupported: {exc}") from None
+    if not isinstance(public, mldsa.MLDSA65PublicKey):
+        kind = type(public).__name__.removesuffix("PublicKey").removeprefix("_")
+        raise UnusableCertificate(f"private key is {kind}, not ML-DSA-65")
+    return normalized, _mldsa65_raw(public)
+
+
+def _openssl_reason(exc: crypto.Error) -> str:
+    errors = exc.args[0] if exc.args and isinstance(exc.args[0], list) else []
+    reasons = [e[-1] for e in errors if isinstance(e, tuple) and e and e[-1]]
+    return "; ".join(dict.fromkeys(reasons)) or str(exc) or "unknown OpenSSL error"
+
+
 def parse_pair(name: str, chain_pem: bytes, key_pem: bytes, now: float, *, bootstrap: bool = False) -> ServerCert:
     """Validate a fullchain/privkey pair; raise ``UnusableCertificate`` with the reason if it cannot serve."""
     try:
@@ -130,14 +195,7 @@ def parse_pair(name: str, chain_pem: bytes, key_pem: bytes, now: float, *, boots
         raise UnusableCertificate(f"fullchain does not parse: {exc}") from None
     if not chain:
         raise UnusableCertificate("fullchain holds no certificate")
-    try:
-        key = serialization.load_pem_private_key(key_pem, password=None)
-    except (ValueError, TypeError) as exc:
-        raise UnusableCertificate(f"private key does not parse: {exc}") from None
-    except Exception as exc:  # unsupported algorithms raise UnsupportedAlgorithm
-        raise UnusableCertificate(f"private key unsupported: {exc}") from None
-    if not isinstance(key, mldsa.MLDSA65PrivateKey):
-        raise UnusableCertificate(f"private key is {type(key).__name__}, not ML-DSA-65")
+    key_pem, key_public = load_mldsa65_key(key_pem)
     leaf = chain[0]
     try:
         leaf_pub = leaf.public_key()
@@ -145,7 +203,7 @@ def parse_pair(name: str, chain_pem: bytes, key_pem: bytes, now: float, *, boots
         raise UnusableCertificate(f"leaf public key unsupported: {exc}") from None
     if not isinstance(leaf_pub, mldsa.MLDSA65PublicKey):
         raise UnusableCertificate(f"leaf key is {type(leaf_pub).__name__}, not ML-DSA-65")
-    if _mldsa65_raw(leaf_pub) != _mldsa65_raw(key.public_key()):
+    if _mldsa65_raw(leaf_pub) != key_public:
         raise UnusableCertificate("private key does not match the leaf certificate")
     not_before = leaf.not_valid_before_utc.timestamp()
     not_after = leaf.not_valid_after_utc.timestamp()
@@ -153,14 +211,10 @@ def parse_pair(name: str, chain_pem: bytes, key_pem: bytes, now: float, *, boots
         raise UnusableCertificate(f"expired at {leaf.not_valid_after_utc.isoformat()}")
     if now < not_before:
         raise UnusableCertificate(f"not valid before {leaf.not_valid_before_utc.isoformat()}")
-    # Re-encode as PKCS#8 so that whatever PEM flavour the operator used, TLS code gets one format.
-    pkcs8 = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
     return ServerCert(
         name=name,
         chain=chain,
-        key_pem=pkcs8,
+        key_pem=key_pem,
         not_before=not_before,
         not_after=not_after,
         fingerprint=leaf.fingerprint(hashes.SHA256()).hex(),
@@ -247,17 +301,21 @@ class CertStore:
     # Hooks: called with (directory name, reason) once per unusable file version / with each new cert.
     on_unusable: Callable[[str, str], None] | None = None
     on_loaded: Callable[[ServerCert], None] | None = None
+    on_expiring: Callable[[ServerCert, float], None] | None = None  # (certificate, seconds left), once each
+    expiry_warning_s: float = 7 * 86400
 
     # Counters.
     stats: int = field(default=0, init=False)  # stat() calls made by revalidation
     loads: int = field(default=0, init=False)  # pairs read and validated successfully
     unusable: int = field(default=0, init=False)  # unusable file versions seen (each logged once)
+    expiring: int = field(default=0, init=False)  # certificates in use found with < expiry_warning_s left
     bootstrap_generated: int = field(default=0, init=False)  # bootstrap pairs this process generated
     bootstrap_write_errors: int = field(default=0, init=False)  # state_dir unwritable: served from memory
     bootstrap_loaded: int = field(default=0, init=False)  # bootstrap pairs read from disk (reuse, a sibling's)
 
     _entries: dict[str, _Entry] = field(default_factory=dict, init=False, repr=False)
     _bootstrap: ServerCert | None = field(default=None, init=False, repr=False)
+    _expiry_warned: set[str] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._cert_dir = Path(self.cert_dir)
@@ -306,9 +364,13 @@ class CertStore:
             sig = None
         if entry is not None and sig == entry.sig:
             entry.checked = now_m
-            if entry.cert is not None and self.clock() >= entry.cert.not_after:
-                self._report_unusable(dirname, "expired while in use")
-                entry.cert = None
+            if entry.cert is not None:
+                now = self.clock()
+                if now >= entry.cert.not_after:
+                    self._report_unusable(dirname, "expired while in use")
+                    entry.cert = None
+                else:
+                    self._check_expiry(entry.cert, now)
             return entry.cert
         cert = None
         if sig is not None:
@@ -333,6 +395,7 @@ class CertStore:
                 )
                 if self.on_loaded is not None:
                     self.on_loaded(cert)
+                self._check_expiry(cert, self.clock())
         if entry is None and len(self._entries) >= self.max_entries:
             self._evict()
         self._entries[dirname] = _Entry(cert, sig, now_m)
@@ -346,10 +409,59 @@ class CertStore:
             del self._entries[next(iter(self._entries))]
 
     def _report_unusable(self, dirname: str, reason: str) -> None:
+        # Loud by design: the pair is present, the operator expects it served, and the bootstrap (or an
+        # older pair) answers instead. Once per file version, so a flood of handshakes adds no lines.
         self.unusable += 1
-        log.warning("cert store: %s skipped: %s", dirname, reason)
+        event("cert_rejected", "warning", certificate=dirname, reason=reason)
         if self.on_unusable is not None:
             self.on_unusable(dirname, reason)
+
+    def _check_expiry(self, cert: ServerCert, now: float) -> None:
+        """Warn once per certificate (fingerprint) when one in use has less than ``expiry_warning_s`` left.
+        The bootstrap certificate lives 24 h and renews itself: it is never warned about."""
+        left = cert.not_after - now
+        if cert.bootstrap or left >= self.expiry_warning_s or cert.fingerprint in self._expiry_warned:
+            return
+        if len(self._expiry_warned) >= self.max_entries:
+            self._expiry_warned.clear()
+        self._expiry_warned.add(cert.fingerprint)
+        self.expiring += 1
+        event(
+            "cert_expiring",
+            "warning",
+            certificate=cert.name,
+            expires_in_s=int(left),
+            not_after=cert.leaf.not_valid_after_utc.isoformat(),
+            sha256=cert.fingerprint[:16],
+        )
+        if self.on_expiring is not None:
+            self.on_expiring(cert, left)
+
+    # -- expiry, for /metrics ------------------------------------------------------------------------
+
+    def expiry(self) -> list[CertExpiry]:
+        """Every certificate this store can serve now: each store directory (validated through the same
+        stat-revalidated cache as handshakes) and the bootstrap certificate when one exists on disk. Reads
+        only: it never generates a bootstrap certificate, so the mgmt process may call it on its own store.
+        """
+        out: list[CertExpiry] = []
+        try:
+            names = sorted(e.name for e in os.scandir(self._cert_dir) if e.is_dir() and not e.name.startswith("."))
+        except OSError:
+            names = []
+        for dirname in names:
+            cert = self._get(dirname)
+            if cert is not None:
+                out.append(CertExpiry(cert.name, "store", cert.not_after))
+        boot = self._bootstrap
+        if boot is None:
+            with contextlib.suppress(OSError, UnusableCertificate):
+                chain_pem, _ = _read(self._bootstrap_dir / FULLCHAIN)
+                key_pem, _ = _read(self._bootstrap_dir / PRIVKEY)
+                boot = parse_pair(BOOTSTRAP_NAME, chain_pem, key_pem, self.clock(), bootstrap=True)
+        if boot is not None:
+            out.append(CertExpiry(boot.name, "bootstrap", boot.not_after))
+        return out
 
     # -- bootstrap ---------------------------------------------------------------------------------
 

@@ -18,8 +18,26 @@ EXT_ALPN = 0x0010
 MAX_RECORD_PAYLOAD = 16384 + 256  # RFC 8446 §5.1 plaintext limit, with slack for old stacks
 
 
+ALERT_UNEXPECTED_MESSAGE = 10
+ALERT_PROTOCOL_VERSION = 70
+
+
 class ClientHelloError(ValueError):
-    """The bytes are not a well-formed TLS ClientHello."""
+    """The bytes are not a well-formed TLS ClientHello. ``alert`` is the fatal alert a reference OpenSSL
+    server sends for the same bytes before closing, or None when it closes without one."""
+
+    def __init__(self, message: str, alert: int | None = None) -> None:
+        super().__init__(message)
+        self.alert = alert
+
+
+class BadRecordVersion(ClientHelloError):
+    """A record whose legacy version major is not 3."""
+
+
+def alert_record(description: int) -> bytes:
+    """A plaintext fatal alert record, framed as OpenSSL frames it before version negotiation ends."""
+    return bytes((0x15, 3, 3, 0, 2, 2, description))
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +60,18 @@ def _handshake_bytes(buf: bytes) -> tuple[bytes, int, int]:
     while pos < n:
         if n - pos < RECORD_HEADER:
             # judge what we have of the header early: garbage should not wait for a deadline
-            _check_record_prefix(buf[pos:])
+            _check_record_prefix(buf[pos:], pos)
             return bytes(payload), pos, RECORD_HEADER - (n - pos)
         ctype, major, length = buf[pos], buf[pos + 1], int.from_bytes(buf[pos + 3 : pos + 5], "big")
         if ctype != CONTENT_HANDSHAKE:
             raise ClientHelloError(f"record type {ctype:#x} before the ClientHello was complete")
         if major != 3:
-            raise ClientHelloError("not a TLS record (bad version)")
-        if length == 0 or length > MAX_RECORD_PAYLOAD:
+            raise _bad_version(pos)
+        if length == 0:
+            # RFC 8446 §5.1: no zero-length handshake fragments. OpenSSL's TLS 1.3 record layer answers
+            # unexpected_message; here it is refused at once rather than waited on until the deadline.
+            raise ClientHelloError("zero-length handshake record", ALERT_UNEXPECTED_MESSAGE)
+        if length > MAX_RECORD_PAYLOAD:
             raise ClientHelloError(f"bad record length {length}")
         end = pos + RECORD_HEADER + length
         if end > n:
@@ -64,11 +86,20 @@ def _handshake_bytes(buf: bytes) -> tuple[bytes, int, int]:
     return bytes(payload), pos, 0
 
 
-def _check_record_prefix(prefix: bytes) -> None:
+def _check_record_prefix(prefix: bytes, pos: int) -> None:
     if prefix and prefix[0] != CONTENT_HANDSHAKE:
         raise ClientHelloError(f"record type {prefix[0]:#x}: not a TLS handshake")
     if len(prefix) > 1 and prefix[1] != 3:
-        raise ClientHelloError("not a TLS record (bad version)")
+        raise _bad_version(pos)
+
+
+def _bad_version(pos: int) -> BadRecordVersion:
+    # As OpenSSL's record layer: the first record with a foreign version does not look like TLS at all (an
+    # HTTP request, a scanner) and is closed without an alert; a later record of a hello is a TLS peer
+    # speaking nonsense and gets protocol_version.
+    if pos == 0:
+        return BadRecordVersion("not a TLS record (bad version)")
+    return BadRecordVersion("record version major is not 3", ALERT_PROTOCOL_VERSION)
 
 
 def parse(buf: bytes) -> ClientHello | Incomplete:
@@ -83,8 +114,9 @@ def parse(buf: bytes) -> ClientHello | Incomplete:
         raise ClientHelloError("ClientHello too short")
     have = len(payload) - 4
     if have < hs_len:
-        # the rest of this record, and at least one more record header if the message goes past it
-        more = missing_in_record if missing_in_record else RECORD_HEADER + 1
+        # the rest of this record, or else the next record's header: only the header, since a zero-length
+        # record is all header and must be judged (refused) as soon as it is there
+        more = missing_in_record if missing_in_record else RECORD_HEADER
         return Incomplete(max(1, more))
     return _parse_body(payload[4 : 4 + hs_len], consumed)
 

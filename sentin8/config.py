@@ -27,6 +27,7 @@ class Listen(_Section):
     https: str = "0.0.0.0:443"
     http: str = "0.0.0.0:80"
     mgmt: str = "127.0.0.1:9180"
+    internal_l4: str = ""  # guaranteed-L4 listener: every connection SNI-routed and piped raw; "" = off
 
 
 class Fleet(_Section):
@@ -60,6 +61,7 @@ DEFAULT_INTERNAL_CIDRS = [
 
 class Network(_Section):
     internal_cidrs: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_INTERNAL_CIDRS))
+    internal_l4_any_source: bool = False  # listen.internal_l4 also pipes sources outside internal_cidrs
 
 
 class Sources(_Section):
@@ -80,6 +82,7 @@ class Tls(_Section):
     cert_dir: str = "/var/lib/sentin8-proxy/certs"
     state_dir: str = "/var/lib/sentin8-proxy"
     client_ca_file: str = ""  # verify external client certificates against it (optional; sent as X-Sentin8-Client-Cert)
+    ticket_key_rotation_s: float = 3600  # fleet-wide session-ticket keys; the previous key still decrypts
 
 
 class Upstream(_Section):
@@ -191,7 +194,11 @@ _HOSTNAME = re.compile(r"(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9](
 
 def _check(cfg: Config) -> None:
     parse_hostport(cfg.listen.https, "listen.https")
-    for key, value in (("listen.http", cfg.listen.http), ("listen.mgmt", cfg.listen.mgmt)):
+    for key, value in (
+        ("listen.http", cfg.listen.http),
+        ("listen.mgmt", cfg.listen.mgmt),
+        ("listen.internal_l4", cfg.listen.internal_l4),
+    ):
         if value:
             parse_hostport(value, key)
     for i, cidr in enumerate(cfg.network.internal_cidrs):
@@ -223,6 +230,13 @@ def _check(cfg: Config) -> None:
             f"sources.health_refresh_s: must be below sources.health_fresh_s ({cfg.sources.health_fresh_s:g}),"
             f" got {cfg.sources.health_refresh_s:g}: heartbeats would be read too late"
         )
+    if not 60 <= cfg.tls.ticket_key_rotation_s <= 7 * 86400:
+        # RFC 8446 caps a ticket's lifetime at 7 days; below a minute tickets would barely outlive a page load.
+        raise ConfigError(
+            f"tls.ticket_key_rotation_s: must be within 60..604800, got {cfg.tls.ticket_key_rotation_s:g}"
+        )
+    if cfg.listen.internal_l4 and cfg.listen.internal_l4 == cfg.listen.https:
+        raise ConfigError("listen.internal_l4: must differ from listen.https")
     if cfg.fleet.workers < 0:
         raise ConfigError(f"fleet.workers: must be >= 0 (0 = one per CPU), got {cfg.fleet.workers}")
     if not 517 <= cfg.limits.peek_max_bytes <= 65536:

@@ -21,11 +21,15 @@ import logging
 import threading
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from OpenSSL import SSL, crypto
 
 from sentin8.certstore import CertStore, ServerCert
+
+if TYPE_CHECKING:
+    from sentin8.session_tickets import TicketSealer
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +39,37 @@ PQ_SIGALGS = b"mldsa65"
 SESSION_ID_CONTEXT = b"sentin8-proxy"
 
 
+# ALPN: the application protocols the edge speaks, in its order of preference (h2 comes with a later issue).
+SERVED_PROTOCOLS = (b"http/1.1",)
+
+
 class TLSSetupError(RuntimeError):
     """A context could not be configured as asked (bad file, unsupported group or algorithm, key mismatch)."""
+
+
+NO_APPLICATION_PROTOCOL_REASON = "tls: no application protocol"  # the handshake-error reason, as the layer words it
+
+
+class NoApplicationProtocol(SSL.Error):
+    """The client's ALPN list names no protocol the edge speaks: the handshake ends with the
+    ``no_application_protocol`` alert (RFC 7301 §3.2)."""
+
+
+def select_protocol(offered: Sequence[bytes], served: Sequence[bytes] = SERVED_PROTOCOLS) -> bytes | None:
+    """The server's ALPN choice: its own most preferred protocol that the client offered, or None."""
+    for proto in served:
+        if proto in offered:
+            return proto
+    return None
+
+
+def _on_alpn(_conn: SSL.Connection, offered: list[bytes]) -> bytes:
+    chosen = select_protocol(offered)
+    if chosen is None:
+        # pyOpenSSL turns an exception into SSL_TLSEXT_ERR_ALERT_FATAL (OpenSSL then sends
+        # no_application_protocol) and re-raises it from do_handshake; "no overlap" would only skip ALPN.
+        raise NoApplicationProtocol([("SSL routines", "", "no application protocol")])
+    return chosen
 
 
 # -- the calls pyOpenSSL has no public API for ---------------------------------------------------------
@@ -198,6 +231,8 @@ def server_context(
     ctx.set_mode(SSL._lib.SSL_MODE_RELEASE_BUFFERS)
     ctx.set_session_id(SESSION_ID_CONTEXT)
     ctx.set_session_cache_mode(SSL.SESS_CACHE_SERVER)
+    # ALPN runs after the servername callback has switched contexts: every server context selects.
+    ctx.set_alpn_select_callback(_on_alpn)
     if client_ca_file:
         try:
             ctx.load_verify_locations(client_ca_file)
@@ -306,8 +341,10 @@ class SNIContexts:
         sigalgs: bytes = PQ_SIGALGS,
         client_ca_file: str = "",
         on_select: Callable[[SSL.Connection, ServerCert], None] | None = None,
+        tickets: TicketSealer | None = None,
     ) -> None:
         self.store = store
+        self.tickets = tickets  # fleet-wide ticket keys; None = this process's own (OpenSSL's default)
         self.on_select = on_select
         self._opts = {"groups": groups, "sigalgs": sigalgs, "client_ca_file": client_ca_file}
         self._contexts: weakref.WeakKeyDictionary[ServerCert, SSL.Context] = weakref.WeakKeyDictionary()
@@ -319,11 +356,15 @@ class SNIContexts:
         self._last_error = ""
         self.front = server_context(**self._opts)  # type: ignore[arg-type]
         self.front.set_tlsext_servername_callback(self._on_servername)
+        if tickets is not None:
+            tickets.install(self.front)  # tickets are sealed with the front (session) context's keys
 
     def context_for(self, cert: ServerCert) -> SSL.Context:
         ctx = self._contexts.get(cert)
         if ctx is None:
             ctx = server_context(cert, **self._opts)  # type: ignore[arg-type]
+            if self.tickets is not None:
+                self.tickets.install(ctx)  # unused while the front context seals; kept consistent anyway
             self._contexts[cert] = ctx
             self.contexts_built += 1
         return ctx

@@ -87,7 +87,12 @@ class Arbiter:
         exit 2, not a worker crash loop that never gets READY."""
         from workers.listener import bind_reuseport
 
-        for key, address in (("listen.https", self.cfg.listen.https), ("listen.http", self.cfg.listen.http)):
+        listen = self.cfg.listen
+        for key, address in (
+            ("listen.https", listen.https),
+            ("listen.http", listen.http),
+            ("listen.internal_l4", listen.internal_l4),
+        ):
             if not address:
                 continue
             try:

@@ -235,6 +235,7 @@ class Fleet:
         http: str = "",
         limits: str = "",
         nofile: int | None = None,
+        listen_extra: str = "",
     ) -> None:
         self.workdir = workdir
         self.port = free_port(host)
@@ -245,6 +246,7 @@ class Fleet:
 https = "{host}:{self.port}"
 http = "{http}"
 mgmt = ""
+{listen_extra}
 [fleet]
 workers = {workers}
 drain_timeout_s = 10

@@ -7,6 +7,7 @@ hot swap over real connections) is in test_tls.py.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import multiprocessing
 import os
@@ -174,7 +175,7 @@ def test_certbot_symlink_swap_is_picked_up(store: CertStore, clock: Clock) -> No
 
 @pytest.mark.parametrize("kind", ["garbage", "classical", "expired", "not_yet_valid", "mismatch", "no_key"])
 def test_unusable_certificates_are_skipped_and_logged_once(
-    store: CertStore, clock: Clock, caplog: pytest.LogCaptureFixture, kind: str
+    store: CertStore, clock: Clock, capsys: pytest.CaptureFixture[str], kind: str
 ) -> None:
     d = Path(store.cert_dir) / "bad.example.test"
     if kind == "garbage":
@@ -195,13 +196,16 @@ def test_unusable_certificates_are_skipped_and_logged_once(
         (d / PRIVKEY).write_bytes(b"")
     hooked: list[tuple[str, str]] = []
     store.on_unusable = lambda name, reason: hooked.append((name, reason))
-    caplog.set_level(logging.WARNING, logger="sentin8.certstore")
+    capsys.readouterr()
     for _ in range(3):
         assert store.lookup("bad.example.test") is None
         clock.mono += store.revalidate_s
     assert store.unusable == 1
     assert len(hooked) == 1 and hooked[0][0] == "bad.example.test"
-    assert len([r for r in caplog.records if "bad.example.test" in r.getMessage()]) == 1
+    events = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    rejected = [e for e in events if e["event"] == "cert_rejected"]
+    assert len(rejected) == 1  # loud, once per file version: one JSON line with the reason
+    assert rejected[0]["certificate"] == "bad.example.test" and rejected[0]["reason"] == hooked[0][1]
     # A wildcard still answers for the name; fixing the files makes the exact one usable again.
     wild = put(store, "_wildcard.example.test", ["*.example.test"])
     assert store.lookup("bad.example.test").fingerprint == wild  # type: ignore[union-attr]

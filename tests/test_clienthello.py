@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sentin8 import clienthello
-from sentin8.clienthello import ClientHello, ClientHelloError, Incomplete
+from sentin8.clienthello import RECORD_HEADER, ClientHello, ClientHelloError, Incomplete, parse
 from tests.hellos import classical_hello, pq_hello, reframe, with_extension_first
 
 PQ = pq_hello("shop.apps.example.com")
@@ -120,3 +120,31 @@ def test_fuzz_mutated_real_hello(pos, value, cut):
     except ClientHelloError:
         return
     assert isinstance(result, ClientHello | Incomplete)
+
+
+def test_after_a_complete_record_the_next_header_is_enough_to_judge():
+    records = reframe(pq_hello("a.test"), 600)
+    first = 5 + int.from_bytes(records[3:5], "big")
+    # Asking for more than a record header would hold a zero-length record (all header) until the deadline.
+    assert parse(records[:first]) == Incomplete(RECORD_HEADER)
+    with pytest.raises(ClientHelloError) as info:
+        parse(records[:first] + b"\x16\x03\x01\x00\x00")
+    assert info.value.alert == clienthello.ALERT_UNEXPECTED_MESSAGE
+
+
+def test_bad_record_version_gets_an_alert_only_after_the_first_record():
+    hello = bytearray(pq_hello("a.test"))
+    hello[1] = 4
+    with pytest.raises(clienthello.BadRecordVersion) as info:
+        parse(bytes(hello))
+    assert info.value.alert is None  # OpenSSL: "wrong version number", closed without an alert
+    with pytest.raises(clienthello.BadRecordVersion):
+        parse(b"\x16\x02")  # judged from the first two bytes already
+    records = bytearray(reframe(pq_hello("a.test"), 600))
+    first = 5 + int.from_bytes(records[3:5], "big")
+    records[first + 1] = 2
+    for end in (first + 2, len(records)):
+        with pytest.raises(clienthello.BadRecordVersion) as info:
+            parse(bytes(records[:end]))
+        assert info.value.alert == clienthello.ALERT_PROTOCOL_VERSION
+    assert clienthello.alert_record(70) == bytes.fromhex("15030300020246")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -107,3 +108,44 @@ def test_a_port_held_by_another_program_is_one_clear_line_and_exit_2(tmp_path):
     holder.close()
     assert out.returncode == 2
     assert f"listen.https: cannot listen on 127.0.0.1:{port}" in out.stderr
+
+
+def test_a_taken_internal_l4_port_is_reported_like_listen_https(tmp_path):
+    import socket
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    https = free.getsockname()[1]
+    free.close()
+    path = tmp_path / "busy.toml"
+    path.write_text(
+        f'[listen]\nhttps = "127.0.0.1:{https}"\nhttp = ""\nmgmt = ""\ninternal_l4 = "127.0.0.1:{port}"\n'
+        f'[tls]\nstate_dir = "{tmp_path}"\n'
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "run", "--config", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    holder.close()
+    assert out.returncode == 2
+    assert f"listen.internal_l4: cannot listen on 127.0.0.1:{port}" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("[tls]\nticket_key_rotation_s = 10\n", "tls.ticket_key_rotation_s: must be within 60..604800, got 10"),
+        ('[listen]\ninternal_l4 = "nowhere"\n', "listen.internal_l4: 'nowhere' is not HOST:PORT"),
+        ('[listen]\nhttps = "0.0.0.0:8443"\ninternal_l4 = "0.0.0.0:8443"\n', "listen.internal_l4: must differ"),
+    ],
+)
+def test_issue13_keys_are_checked(text, error):
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        load_bytes(text.encode())

@@ -12,13 +12,25 @@ import select
 import socket
 
 from sentin8 import clienthello
-from sentin8.clienthello import ClientHello, ClientHelloError, Incomplete
+from sentin8.clienthello import BadRecordVersion, ClientHello, ClientHelloError, Incomplete, alert_record
 
 
 class PeekFailed(Exception):
     def __init__(self, reason: str) -> None:  # reason is a counter name
         super().__init__(reason)
         self.reason = reason
+
+
+def _refuse(sock: socket.socket, peeked: int, alert: int | None) -> None:
+    """Answer bytes that are not a ClientHello the way a reference OpenSSL server does: consume what was
+    read (so the close is a FIN, not a reset for unread data), send its fatal alert if it sends one. The
+    caller closes."""
+    try:
+        sock.recv(peeked)
+        if alert is not None:
+            sock.send(alert_record(alert))  # 7 bytes into an empty send buffer: never partial
+    except OSError:
+        pass  # the peer is gone already: nothing to tell it
 
 
 def _peer_closed(fd: int) -> bool:
@@ -51,8 +63,9 @@ async def peek_client_hello(
             return
         try:
             result = clienthello.parse(data)
-        except ClientHelloError:
-            fail("peek_garbage")
+        except ClientHelloError as exc:
+            _refuse(sock, len(data), exc.alert)
+            fail("peek_bad_version" if isinstance(exc, BadRecordVersion) else "peek_garbage")
             return
         if isinstance(result, Incomplete):
             if len(data) >= max_bytes:

@@ -16,10 +16,12 @@ import time
 from typing import TypeVar
 
 import uvloop
+from OpenSSL import SSL
 
-from sentin8 import lifecycle, routing
-from sentin8.certstore import CertStore
+from sentin8 import lifecycle, routing, session_tickets, tls
+from sentin8.certstore import CertStore, ServerCert, store_dirname
 from sentin8.config import Config
+from sentin8.eventlog import event
 from sentin8.metrics.scales import handshake_reason
 from sentin8.netclass import Classifier
 from sentin8.policy import EdgePolicy
@@ -61,11 +63,20 @@ class Worker:
         self.classifier = Classifier(cfg.network.internal_cidrs)
         self.pipes = PipePool()
         self.policy = EdgePolicy(cfg.policy, shared.buckets())
-        self.certs = CertStore(cfg.tls.cert_dir, cfg.tls.state_dir)
-        self.sni = SNIContexts(self.certs, client_ca_file=cfg.tls.client_ca_file)
+        self.cert_report = shared.cert_report_writer(slot)
+        self.certs = CertStore(
+            cfg.tls.cert_dir,
+            cfg.tls.state_dir,
+            on_unusable=self._cert_rejected,
+            on_loaded=self._cert_loaded,
+            on_expiring=lambda _cert, _left: self.counters.inc("cert_expiring"),
+        )
+        self.tickets = self._ticket_sealer(shared)
+        self.sni = SNIContexts(self.certs, client_ca_file=cfg.tls.client_ca_file, tickets=self.tickets)
         self.bridges: set[L7Bridge] = set()
         self.listeners: list[socket.socket] = []
         self.http_listener: socket.socket | None = None
+        self.internal_l4_listener: socket.socket | None = None
         self.open = 0  # connections this worker holds, any stage: drain waits for zero
         self.draining = False
         self._last_accept_warning = 0.0
@@ -91,6 +102,14 @@ class Worker:
             self.http_listener = bind_reuseport(self.cfg.listen.http, "listen.http")
             self.listeners.append(self.http_listener)
             self.loop.add_reader(self.http_listener.fileno(), self._on_accept, self.http_listener)
+        if self.cfg.listen.internal_l4:
+            self.internal_l4_listener = bind_reuseport(
+                self.cfg.listen.internal_l4,
+                "listen.internal_l4",
+                defer_accept_s=max(1, int(self.cfg.limits.peek_timeout_s)),
+            )
+            self.listeners.append(self.internal_l4_listener)
+            self.loop.add_reader(self.internal_l4_listener.fileno(), self._on_accept, self.internal_l4_listener)
         self.loop.add_signal_handler(signal.SIGTERM, self.begin_drain)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the supervisor decides
         self.loop.add_signal_handler(signal.SIGQUIT, self._stop_now)
@@ -148,6 +167,8 @@ class Worker:
             self._hold(+1)
             if listener is self.http_listener:
                 self.loop.create_task(self._serve_http(conn, addr))
+            elif listener is self.internal_l4_listener:
+                self.loop.create_task(self._handle(conn, addr, guaranteed_l4=True))
             else:
                 self.loop.create_task(self._handle(conn, addr))
 
@@ -178,20 +199,30 @@ class Worker:
 
     # ---- one connection ------------------------------------------------------------------------------
 
-    async def _handle(self, conn: socket.socket, addr: tuple) -> None:
+    async def _handle(self, conn: socket.socket, addr: tuple, *, guaranteed_l4: bool = False) -> None:
+        """One connection on listen.https, or on listen.internal_l4 (``guaranteed_l4``): there every
+        connection is SNI-routed and piped raw, never decrypted, whatever its source; a source outside
+        network.internal_cidrs is refused before a byte is read unless internal_l4_any_source allows it."""
         handed_off = False
         try:
+            internal = self.classifier.is_internal(addr[0])
+            if guaranteed_l4 and not internal and not self.cfg.network.internal_l4_any_source:
+                self.counters.inc("internal_l4_refused")
+                return
             limits = self.cfg.limits
             try:
                 hello = await peek_client_hello(self.loop, conn, limits.peek_max_bytes, limits.peek_timeout_s)
             except PeekFailed as exc:
                 self.counters.inc(exc.reason)
                 return
-            if not self.classifier.is_internal(addr[0]):
-                self.counters.traffic(True)
+            self.counters.traffic(not internal)
+            if guaranteed_l4:
+                self.counters.inc("connections_internal_l4")
+                handed_off = await self._serve_l4(conn, hello.sni)
+                return
+            if not internal:
                 handed_off = await self.serve_external(conn, addr)
                 return
-            self.counters.traffic(False)
             self.counters.inc("connections_l4")
             handed_off = await self._serve_l4(conn, hello.sni)
         except Exception as exc:  # a bug must cost one connection, never the worker
@@ -212,7 +243,7 @@ class Worker:
             lambda: self._new_bridge(L7Bridge, addr, "https"),
             handshake_timeout=self.cfg.limits.handshake_timeout_s,
             on_handshake_error=self._handshake_error,
-            on_handshake_done=lambda _conn: self.counters.inc("handshake_ok"),
+            on_handshake_done=self._handshake_done,
         )
         await self.loop.connect_accepted_socket(lambda: layer, sock=conn)
         return True
@@ -245,6 +276,30 @@ class Worker:
         self.counters.handshake_error(handshake_reason(reason))
         if reason == "timeout":
             self.counters.inc("handshake_timeout")
+        elif reason == tls.NO_APPLICATION_PROTOCOL_REASON:
+            self.counters.inc("tls_alpn_refused")
+
+    def _handshake_done(self, conn: SSL.Connection) -> None:
+        self.counters.inc("handshake_ok")
+        if tls.session_reused(conn):
+            self.counters.inc("tls_resumed")
+
+    # ---- certificates and tickets ------------------------------------------------------------------
+
+    def _cert_rejected(self, dirname: str, reason: str) -> None:
+        self.counters.inc("cert_rejected")
+        self.cert_report.rejected(dirname, reason)
+
+    def _cert_loaded(self, cert: ServerCert) -> None:
+        self.cert_report.usable(store_dirname(cert.name))
+
+    def _ticket_sealer(self, shared: SharedState) -> session_tickets.TicketSealer | None:
+        """Fleet-wide ticket keys, or (if this cryptography build hides the hook) OpenSSL's own per-process
+        keys: resumption then works only on the issuing worker, which is said once, loudly."""
+        if session_tickets.available():
+            return session_tickets.TicketSealer(shared.ticket_keys())
+        event("ticket_keys_per_worker", "warning", reason="the bundled OpenSSL's ticket-key hook is unreachable")
+        return None
 
     async def _serve_l4(self, conn: socket.socket, sni: str | None) -> bool:
         if sni is None:

@@ -81,12 +81,14 @@ def handshake_reason(text: str) -> str:
 
     The names are the ``handshake_error_<reason>`` counters of ``sentin8.shm.counters``: a client that only
     offers classical key exchange or signatures (``classical_only``), one that asks for TLS < 1.3
-    (``protocol_version``), the deadline (``timeout``), a peer that closed mid-handshake (``eof``), and any other
-    protocol failure (``protocol_error``).
+    (``protocol_version``), no acceptable ALPN protocol (``alpn``), the deadline (``timeout``), a peer that
+    closed mid-handshake (``eof``), and any other protocol failure (``protocol_error``).
     """
     t = text.lower()
     if t == "timeout":
         return "timeout"
+    if "application protocol" in t:
+        return "alpn"
     if "key share" in t or "shared group" in t or "signature" in t or "sigalg" in t or "shared cipher" in t:
         return "classical_only"
     if "unsupported protocol" in t or "protocol version" in t:

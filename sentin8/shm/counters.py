@@ -45,6 +45,13 @@ NAMES: tuple[str, ...] = (
     "handshake_ok",
     "handshake_errors",
     "handshake_timeout",
+    "tls_resumed",  # handshakes that resumed a session (a ticket from any worker of the fleet)
+    "tls_alpn_refused",  # ALPN offered, nothing the edge speaks: no_application_protocol alert
+    "peek_bad_version",  # record version major != 3: protocol_version alert, then close
+    "cert_rejected",  # a store pair present but unusable (each worker counts the file versions it read)
+    "cert_expiring",  # a certificate in use with less than 7 days left (once per certificate per worker)
+    "connections_internal_l4",  # accepted on listen.internal_l4 and piped raw
+    "internal_l4_refused",  # listen.internal_l4 from outside network.internal_cidrs (not allowed)
     # L7
     "requests",
     "http_400",
@@ -100,6 +107,7 @@ NAMES: tuple[str, ...] = (
     "handshake_error_timeout",
     "handshake_error_protocol_version",
     "handshake_error_eof",
+    "handshake_error_alpn",
     "handshake_error_protocol_error",
     # requests refused by policy, by kind (WorkerCounters.policy_block); add a kind by adding a name here
     "policy_block_rate_limit",

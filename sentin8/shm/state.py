@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..config import Config
-from . import counters, services, snapshot
+from ..ticketkeys import TicketKeyRing
+from . import certreport, counters, services, snapshot
 from .ratelimit import BucketTable
 from .ratelimit import region_bytes as ratelimit_bytes
 from .region import SharedRegion
@@ -23,8 +24,13 @@ class SharedState:
         self.region.reserve("services", services.region_bytes(self.services))
         self.ratelimit_slots = cfg.shm.ratelimit_slots
         self.region.reserve("ratelimit", ratelimit_bytes(self.ratelimit_slots))
+        self.region.reserve("ticketkeys", TicketKeyRing.REGION_BYTES)
+        self.region.reserve("certreport", certreport.region_bytes(worker_slots))
         self.region.allocate()
         self.service_names().initialize()
+        self.ticket_key_rotation_s = cfg.tls.ticket_key_rotation_s
+        # Built before the supervisor forks: every worker, respawned ones too, seals tickets with these keys.
+        self.ticket_keys().seed()
         self.ratelimit_lock_fd = BucketTable.make_lock_fd()
 
     def snapshot_writer(self) -> snapshot.SnapshotWriter:
@@ -47,3 +53,23 @@ class SharedState:
 
     def buckets(self) -> BucketTable:
         return BucketTable(self.region.view("ratelimit"), self.ratelimit_slots, self.ratelimit_lock_fd)
+
+    def ticket_keys(self) -> TicketKeyRing:
+        return TicketKeyRing(self.region.view("ticketkeys"), self.ticket_key_rotation_s)
+
+    def cert_report_writer(self, slot: int) -> certreport.CertReportWriter:
+        return certreport.CertReportWriter(self.region.view("certreport"), slot)
+
+    def rejected_certificates(self) -> dict[str, dict[str, object]]:
+        """Store certificates present but rejected, per store directory name, with the reason: for /health."""
+        return certreport.read_rejected(self.region.view("certreport"), self.worker_slots)
+
+    def tls_health(self) -> dict[str, object]:
+        """The ``tls`` field of ``GET /health`` (no secrets): store certificates present but rejected, with
+        the reason each worker found, and the session-ticket rotation period the fleet runs with."""
+        rejected = self.rejected_certificates()
+        return {
+            "certificates_rejected": len(rejected),
+            "rejected": rejected,
+            "ticket_key_rotation_s": self.ticket_key_rotation_s,
+        }
