@@ -22,6 +22,7 @@ from sentin8.config import load_bytes
 from sentin8.metrics.prometheus import exposition
 from sentin8.metrics.publisher import MetricsPublisher
 from sentin8.metrics.scales import LATENCY_BOUNDS_S, handshake_reason, quantile_ms, status_slot
+from sentin8.metrics.summary import service_stats
 from sentin8.shm import counters as c
 from sentin8.shm.services import ServiceNames
 from sentin8.shm.state import SharedState
@@ -156,6 +157,14 @@ def test_exposition_is_prometheus_text_with_the_documented_names() -> None:
     pid = str(os.getpid())
     assert got[("sentin8_worker_rss_bytes", (("pid", pid), ("worker", "0")))] > 1_000_000
     assert got[("sentin8_worker_rss_bytes", (("pid", pid), ("worker", "1")))] > 1_000_000
+    totals = state.counter_reader().total()  # fleet-wide histogram derived from the services' (SIGUSR1, /health)
+    assert sum(totals[n] for n in c.LATENCY_NAMES[:-1]) == 38  # not cumulative, like the old fleet-wide names
+    assert sum(totals[n] for n in c.LATENCY_NAMES[:5]) == 13 and c.LATENCY_NAMES[4] == "latency_le_5ms"
+    stats = service_stats(state)
+    assert stats["web"]["requests"] == 31 and stats["web"]["status_2xx"] == 31
+    assert stats["web"]["by_status"] == {"200": 30, "2xx": 1}
+    assert stats["api"]["status_5xx"] == 7 and stats["api"]["l4_connections"] == 1
+    assert sum(n for _, n in stats["api"]["latency_buckets_ms"]) == 7
     body, content_type = exposition(state, "application/openmetrics-text; version=1.0.0")
     assert content_type.startswith("application/openmetrics-text") and body.rstrip().endswith(b"# EOF")
 

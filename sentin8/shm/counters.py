@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
-from ..metrics.scales import LATENCY_BUCKETS, STATUS_SLOTS, latency_bucket, status_slot
+from ..metrics.scales import LATENCY_BOUNDS_S, LATENCY_BUCKETS, STATUS_SLOTS, latency_bucket, status_slot
 from .region import CACHE_LINE, align
 
 NAMES: tuple[str, ...] = (
@@ -159,6 +160,13 @@ S_STALE_RETRY = S_COLD + 1
 S_L4 = S_STALE_RETRY + 1
 SERVICE_WORDS = align(S_L4 + 1, 8)
 UPSTREAM_KINDS = {"warm": S_WARM, "cold": S_COLD, "stale_retry": S_STALE_RETRY}
+# The fleet-wide latency histogram, as ``total()`` reports it (derived from the per-service rows, not stored):
+# ``latency_le_<bound>ms`` per bucket, ``latency_le_inf``, and ``latency_sum_us``.
+LATENCY_NAMES: tuple[str, ...] = (
+    *(f"latency_le_{b * 1000:g}ms" for b in LATENCY_BOUNDS_S),
+    "latency_le_inf",
+    "latency_sum_us",
+)
 _UPSTREAM_BY_NAME = {"upstream_warm": S_WARM, "upstream_cold": S_COLD, "upstream_stale_retry": S_STALE_RETRY}
 
 HEADER_WORDS = 8
@@ -288,7 +296,10 @@ class Reading:
 
 
 class CounterReader:
-    def __init__(self, view: memoryview, slots: int, services: int = 0) -> None:
+    def __init__(
+        self, view: memoryview, slots: int, services: int = 0, names_in_use: Callable[[], int] | None = None
+    ) -> None:
+        self._names_in_use = names_in_use  # ServiceNames.count: rows past it are all zero, skip them
         self._view = view
         self._header = view[: HEADER_WORDS * 8].cast("Q")
         self.slots = slots
@@ -321,27 +332,24 @@ class CounterReader:
         self._header[word] = value
 
     def total(self) -> dict[str, int]:
-        """Fleet-wide names summed over live blocks and the retired block (``SIGUSR1`` stats)."""
-        out = dict.fromkeys(NAMES, 0)
-        for _ in range(1000):
-            seq = self._header[H_FOLD_SEQ]
-            if seq & 1:
-                time.sleep(0.001)  # a reader, never a worker: the fold takes a few ms at most
-                continue
-            out = dict.fromkeys(NAMES, 0)
-            for index in range(self.slots + 1):
-                w = self._words(index)
-                for i, name in enumerate(NAMES):
-                    out[name] += w[i]
-            if self._header[H_FOLD_SEQ] == seq:
-                break
+        """Fleet-wide names summed over live blocks and the retired block (``SIGUSR1`` stats, /health), plus
+        the fleet-wide latency histogram (``LATENCY_NAMES``) summed over every service's."""
+        words = self.read()
+        out = {name: words[i] for i, name in enumerate(NAMES)}
+        hist = [0] * (LATENCY_BUCKETS + 1)  # the buckets, then the sum
+        for start in range(MAX_COUNTERS, len(words), SERVICE_WORDS):
+            for b in range(LATENCY_BUCKETS + 1):
+                hist[b] += words[start + S_LATENCY + b]
+        out.update(zip(LATENCY_NAMES, hist, strict=True))
         return out
 
     def read(self, used_services: int | None = None) -> list[int]:
-        """Every word (fleet-wide + the first ``used_services`` rows) summed over live + retired blocks,
-        retried while a fold runs so nothing is counted twice or missed. Latency maxima are the max over
-        the blocks of the current epoch, not a sum."""
-        used = self.services if used_services is None else min(used_services, self.services)
+        """Every word (fleet-wide + the first ``used_services`` rows; default: the rows of every service
+        named so far) summed over live + retired blocks, retried while a fold runs so nothing is counted
+        twice or missed. Latency maxima are the max over the blocks of the current epoch, not a sum."""
+        if used_services is None:
+            used_services = self._names_in_use() if self._names_in_use is not None else self.services
+        used = min(used_services, self.services)
         n = MAX_COUNTERS + used * SERVICE_WORDS
         max_offsets = [MAX_COUNTERS + s * SERVICE_WORDS + S_LAT_MAX_US for s in range(used)]
         for _ in range(1000):

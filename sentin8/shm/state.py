@@ -46,7 +46,8 @@ class SharedState:
         return counters.WorkerCounters(self.region.view("counters"), slot, self.services)
 
     def counter_reader(self) -> counters.CounterReader:
-        return counters.CounterReader(self.region.view("counters"), self.worker_slots, self.services)
+        names = self.service_names()
+        return counters.CounterReader(self.region.view("counters"), self.worker_slots, self.services, names.count)
 
     def service_names(self) -> services.ServiceNames:
         return services.ServiceNames(self.region.view("services"), self.services)
