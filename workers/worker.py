@@ -11,7 +11,6 @@ import gc
 import os
 import signal
 import socket
-import sys
 import time
 from typing import TypeVar
 
@@ -181,7 +180,7 @@ class Worker:
         now = time.monotonic()
         if now - self._last_accept_warning > 1.0:
             self._last_accept_warning = now
-            print(f"sentin8-proxy: worker {self.index}: accept paused 100 ms: {exc}", file=sys.stderr, flush=True)
+            event("accept_paused", "warning", worker=self.index, pause_ms=100, error=exc.strerror or str(exc))
         fd = listener.fileno()
         self.loop.remove_reader(fd)
 
@@ -226,7 +225,12 @@ class Worker:
             self.counters.inc("connections_l4")
             handed_off = await self._serve_l4(conn, hello.sni)
         except Exception as exc:  # a bug must cost one connection, never the worker
-            print(f"sentin8-proxy: worker {self.index}: connection error: {exc!r}", file=sys.stderr, flush=True)
+            # the type and where it was raised, not its text: an exception message may quote client bytes
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            where = f"{tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}" if tb is not None else ""
+            event("connection_error", "error", worker=self.index, error=type(exc).__name__, where=where)
         finally:
             if not handed_off:
                 conn.close()

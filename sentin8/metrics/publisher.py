@@ -107,7 +107,12 @@ class MetricsPublisher:
             while True:
                 due += self.interval_s
                 await asyncio.sleep(max(0.0, due - loop.time()))
-                await self.publish_once()
+                try:
+                    await self.publish_once()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # a bug here must cost one document, not every later one
+                    event("metrics_publish_error", "error", error=type(exc).__name__, detail=str(exc)[:200])
                 if loop.time() > due + self.interval_s:  # fell behind (a long outage): do not burst
                     due = loop.time()
         finally:
