@@ -30,16 +30,17 @@ STATUS_LABELS: tuple[str, ...] = (
 STATUS_SLOTS = len(STATUS_LABELS)
 _OTHER_STATUS = STATUS_SLOTS - 1
 _CLASS_SLOT = {c: len(REGISTERED_STATUSES) + c - 1 for c in range(1, 6)}
+OTHER_STATUS_SLOT = STATUS_SLOTS - 1
 # A list indexed by the status code itself: one C-level index per request.
-_SLOT_OF: list[int] = [_OTHER_STATUS] * 600
+STATUS_SLOT_OF: list[int] = [_OTHER_STATUS] * 600
 for _code in range(100, 600):
-    _SLOT_OF[_code] = _CLASS_SLOT[_code // 100]
+    STATUS_SLOT_OF[_code] = _CLASS_SLOT[_code // 100]
 for _i, _code in enumerate(REGISTERED_STATUSES):
-    _SLOT_OF[_code] = _i
+    STATUS_SLOT_OF[_code] = _i
 
 
 def status_slot(status: int) -> int:
-    return _SLOT_OF[status] if 0 <= status < 600 else _OTHER_STATUS
+    return STATUS_SLOT_OF[status] if 0 <= status < 600 else _OTHER_STATUS
 
 
 # Latency: request start -> last response byte. Upper bounds in seconds, log-spaced (1-2-5 per decade,
@@ -49,12 +50,12 @@ LATENCY_BOUNDS_S: tuple[float, ...] = (
     0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
 )  # fmt: skip
 LATENCY_BUCKETS = len(LATENCY_BOUNDS_S) + 1  # the last one is +Inf
-_BOUNDS_US = tuple(int(b * 1e6) for b in LATENCY_BOUNDS_S)
+LATENCY_BOUNDS_US = tuple(int(b * 1e6) for b in LATENCY_BOUNDS_S)
 
 
 def latency_bucket(us: int) -> int:
     """Index of the first bucket whose upper bound is >= ``us`` microseconds (+Inf for the rest)."""
-    return bisect.bisect_left(_BOUNDS_US, us)
+    return bisect.bisect_left(LATENCY_BOUNDS_US, us)
 
 
 def quantile_ms(buckets: list[int], q: float) -> float:

@@ -17,11 +17,19 @@ the retired block and the publisher's baseline block (what the last ``stat:metri
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from collections.abc import Callable
 
-from ..metrics.scales import LATENCY_BOUNDS_S, LATENCY_BUCKETS, STATUS_SLOTS, latency_bucket, status_slot
+from ..metrics.scales import (
+    LATENCY_BOUNDS_S,
+    LATENCY_BOUNDS_US,
+    LATENCY_BUCKETS,
+    OTHER_STATUS_SLOT,
+    STATUS_SLOT_OF,
+    STATUS_SLOTS,
+)
 from .region import CACHE_LINE, align
 
 NAMES: tuple[str, ...] = (
@@ -127,6 +135,10 @@ _EPOCH = MAX_COUNTERS - 2  # the max epoch the block's latency maxima belong to
 _WORKER = MAX_COUNTERS - 3  # the writer's worker index + 1 (0 = none)
 INDEX = {name: i for i, name in enumerate(NAMES)}
 _UNKNOWN = INDEX["unknown_counter"]
+_STATUS_SLOT_OF = STATUS_SLOT_OF
+_OTHER_STATUS_SLOT = OTHER_STATUS_SLOT
+_BOUNDS_US = LATENCY_BOUNDS_US
+_bisect = bisect.bisect_left
 assert len(NAMES) <= _WORKER, "NAMES outgrew MAX_COUNTERS"
 _GAUGE_INDEXES = frozenset(INDEX[g] for g in GAUGES)
 _SKIP_FOLD = _GAUGE_INDEXES | {_PID, _EPOCH, _WORKER}  # belong to the live process, never folded
@@ -167,7 +179,13 @@ LATENCY_NAMES: tuple[str, ...] = (
     "latency_le_inf",
     "latency_sum_us",
 )
-_UPSTREAM_BY_NAME = {"upstream_warm": S_WARM, "upstream_cold": S_COLD, "upstream_stale_retry": S_STALE_RETRY}
+_UPSTREAM_BY_NAME = {  # name -> (fleet-wide word, offset in the service row)
+    "upstream_warm": (INDEX["upstream_warm"], S_WARM),
+    "upstream_cold": (INDEX["upstream_cold"], S_COLD),
+    "upstream_stale_retry": (INDEX["upstream_stale_retry"], S_STALE_RETRY),
+}
+_TRAFFIC_EXTERNAL = {what: TRAFFIC_NAMES[("external", what)] for what in ("connections", "requests")}
+_TRAFFIC_INTERNAL = {what: TRAFFIC_NAMES[("internal", what)] for what in ("connections", "requests")}
 
 HEADER_WORDS = 8
 H_FOLD_SEQ = 0  # odd while the supervisor folds a dead worker's block into the retired block
@@ -226,18 +244,22 @@ class WorkerCounters:
         return MAX_COUNTERS + sidx * SERVICE_WORDS
 
     def request(self, sidx: int, status: int, seconds: float) -> None:
-        """One answered request: its status and its duration (request start -> last response byte)."""
-        if self.services == 0:
-            return
+        """One answered request: its status and its duration (request start -> last response byte).
+
+        The hot path of the metrics (~0.5 µs): a handful of indexed word updates, lookups in lists and a
+        C bisect; no string, no dict, no allocation but the ints."""
+        if not 0 <= sidx < self.services:
+            if not self.services:
+                return
+            sidx = 1 if self.services > 1 else 0  # _other
         w = self.words
-        row = self._row(sidx)
-        i = row + status_slot(status)
-        w[i] = w[i] + 1
+        row = MAX_COUNTERS + sidx * SERVICE_WORDS
+        i = row + (_STATUS_SLOT_OF[status] if 0 <= status < 600 else _OTHER_STATUS_SLOT)
+        w[i] += 1
         us = int(seconds * 1e6) if seconds > 0 else 0
-        i = row + S_LATENCY + latency_bucket(us)
-        w[i] = w[i] + 1
-        i = row + S_LAT_SUM_US
-        w[i] = w[i] + us
+        i = row + S_LATENCY + _bisect(_BOUNDS_US, us)
+        w[i] += 1
+        w[row + S_LAT_SUM_US] += us
         epoch = self._header[H_EPOCH]
         if w[_EPOCH] != epoch:  # a new interval: the maxima of the last one were published
             for s in range(self.services):
@@ -249,11 +271,15 @@ class WorkerCounters:
 
     def upstream(self, sidx: int, name: str) -> None:
         """``upstream_warm`` | ``upstream_cold`` | ``upstream_stale_retry``: the fleet-wide name and the service's."""
-        self.inc(name)
-        offset = _UPSTREAM_BY_NAME.get(name)
-        if offset is not None and self.services:
-            i = self._row(sidx) + offset
-            self.words[i] = self.words[i] + 1
+        got = _UPSTREAM_BY_NAME.get(name)
+        if got is None:
+            self.inc(name)
+            return
+        index, offset = got
+        w = self.words
+        w[index] += 1
+        if self.services:
+            w[self._row(sidx) + offset] += 1
 
     def l4_connection(self, sidx: int) -> None:
         if self.services:
@@ -275,24 +301,8 @@ class WorkerCounters:
 
     def traffic(self, external: bool, what: str = "connections") -> None:
         """A connection or an L7 request (``what``), by source side."""
-        i = TRAFFIC_NAMES[("external" if external else "internal", what)]
-        self.words[i] = self.words[i] + 1
-
-
-class Reading:
-    """A consistent sum of every block (live + retired) at one moment: plain lists, no shared memory."""
-
-    def __init__(self, words: list[int], services: int, names: list[str]) -> None:
-        self.words = words  # MAX_COUNTERS fleet-wide words + services * SERVICE_WORDS
-        self.services = services
-        self.names = names  # service names by index (only the indexes in use)
-
-    def total(self, name: str) -> int:
-        return self.words[INDEX[name]]
-
-    def row(self, sidx: int) -> list[int]:
-        start = MAX_COUNTERS + sidx * SERVICE_WORDS
-        return self.words[start : start + SERVICE_WORDS]
+        i = (_TRAFFIC_EXTERNAL if external else _TRAFFIC_INTERNAL)[what]
+        self.words[i] += 1
 
 
 class CounterReader:
