@@ -33,6 +33,9 @@ class Listen(_Section):
 class Fleet(_Section):
     workers: int = 0
     drain_timeout_s: float = 30
+    # A draining worker keeps idle keep-alive connections this long, answering their next request with
+    # Connection: close (HAProxy's idle-close-on-response), then closes those still idle.
+    drain_idle_grace_s: float = 2
     restart_backoff_max_s: float = 30
     rss_limit_mb: int = 0  # 0 = only report RSS; > 0 = recycle a worker above it
 
@@ -208,6 +211,7 @@ def _check(cfg: Config) -> None:
             raise ConfigError(f"network.internal_cidrs[{i}]: {cidr!r} is not a CIDR ({exc})") from None
     positive = {
         "fleet.drain_timeout_s": cfg.fleet.drain_timeout_s,
+        "fleet.drain_idle_grace_s": cfg.fleet.drain_idle_grace_s,
         "limits.peek_timeout_s": cfg.limits.peek_timeout_s,
         "limits.handshake_timeout_s": cfg.limits.handshake_timeout_s,
         "limits.header_timeout_s": cfg.limits.header_timeout_s,

@@ -39,7 +39,23 @@ class RoutingTable(msgspec.Struct, array_like=True):
     stale: bool = False  # a source failed after a good load: this is the last good data
     routes: dict[str, Route] = {}  # exact hostnames, lower case; "*.example.com" keys hold wildcards
     services: dict[str, list[Instance]] = {}
+    # The registry's health clock (see ``health_clock``): while the registry cannot be read, heartbeats are
+    # judged at the moment of its last good read (``health_frozen_at``, 0 = live); once it is back, for one
+    # freshness window, they are judged ``health_lag_s`` behind wall time (the paused clock resumes), so an
+    # instance that was only "stale" because nobody could read its heartbeat is not dropped before Captain
+    # writes the next one.
+    health_frozen_at: float = 0.0
+    health_lag_s: float = 0.0
+    health_lag_until: float = 0.0
     service_ids: dict[str, int] = {}  # every service's metrics index, for paths without a Route (ACME)
+
+    def health_clock(self, now: float) -> float:
+        """The time against which ``health_ts`` freshness is judged at wall time ``now``."""
+        if self.health_frozen_at:
+            return min(now, self.health_frozen_at)
+        if now < self.health_lag_until:
+            return now - self.health_lag_s
+        return now
 
     def resolve(self, hostname: str) -> Route | None:
         """Exact name first, then a one-label wildcard (``*.example.com`` answers ``a.example.com`` only)."""

@@ -43,9 +43,13 @@ class Selector:
         self._eligible[service] = (instances, until, pool)
         return pool
 
-    def order(self, service: str, instances: list[Instance], now: float) -> tuple[list[Instance], bool]:
-        """(candidates in the order to try, whether every candidate is suspect)."""
-        pool = self._eligible_now(service, instances, now)
+    def order(
+        self, service: str, instances: list[Instance], now: float, health_now: float | None = None
+    ) -> tuple[list[Instance], bool]:
+        """(candidates in the order to try, whether every candidate is suspect). ``health_now`` is the clock
+        heartbeats are judged against (``RoutingTable.health_clock``: it stands still while the registry is
+        unreadable); suspect marks are always judged at ``now``."""
+        pool = self._eligible_now(service, instances, now if health_now is None else health_now)
         if not pool:
             return [], False
         start = self._next.get(service, 0) % len(pool)

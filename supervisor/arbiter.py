@@ -9,10 +9,12 @@ RSS check, kill-after-drain), so the loop sleeps exactly until the next thing to
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import select
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -23,18 +25,22 @@ import psutil
 import setproctitle
 
 from sentin8 import lifecycle
-from sentin8.config import Config, ConfigError, load_file
+from sentin8.config import Config, ConfigError, load_file, parse_hostport
 from sentin8.eventlog import event, install, set_role
 from sentin8.shm.state import SharedState
+from sentin8.startup_checks import check_paths
 
 from . import sdnotify
+from .reload_status import ReloadStatus
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1)
 RSS_CHECK_S = 10.0
 STABLE_AFTER_S = 5.0  # a child that lived this long resets its crash backoff
 QUIT_GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1
-
+REPLACEMENT_LISTEN_TIMEOUT_S = 60.0  # a replacement worker not listening by then fails its reload
+START_FAILURES_FATAL = 5  # a child dying this many times in a row before it ever served: exit 2, not a loop
+SLOTS_PER_WORKER = 4  # counter slots: the live worker, its replacement, and retirees of two overlapping reloads
 
 
 
@@ -47,7 +53,46 @@ class Child:
     started: float = field(default_factory=time.monotonic)
     listening: bool = False
     retiring: bool = False  # told to drain because a replacement took over
+    kill_at: float | None = None  # a retiree still alive then is SIGKILLed: its slot must come back
     rss: int = 0
+
+
+def probe_exclusive(address: str, key: str) -> None:
+    """Bind ``address`` without SO_REUSEPORT (then let go): fails with EADDRINUSE while anyone listens there,
+    a fleet with SO_REUSEPORT included."""
+    host, port = parse_hostport(address, key)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # our own TIME_WAIT leftovers are fine
+        sock.bind((host, port))
+
+
+def port_holder(address: str, key: str) -> str:
+    """`` by pid N (title), child of pid M (title)`` for the process listening on the port, or ``""``."""
+    _host, port = parse_hostport(address, key)
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return ""
+    pids = sorted({c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                   and c.pid})
+    if not pids:
+        return ""
+
+    def title(pid: int) -> str:
+        try:
+            return " ".join(psutil.Process(pid).cmdline()) or psutil.Process(pid).name()
+        except psutil.Error:
+            return "?"
+
+    pid = pids[0]
+    text = f" by pid {pid} ({title(pid)})"
+    try:
+        parent = psutil.Process(pid).ppid()
+    except psutil.Error:
+        parent = 0
+    if parent > 1 and "sentin8-proxy" in title(parent):
+        text += f", child of pid {parent} ({title(parent)})"
+    return text
 
 
 def enable_migrate_req() -> bool:
@@ -61,14 +106,20 @@ def enable_migrate_req() -> bool:
 
 
 class Arbiter:
-    def __init__(self, cfg: Config, config_path: str | None) -> None:
+    def __init__(self, cfg: Config, config_path: str | None, beside: bool = False) -> None:
         self.cfg = cfg
         self.config_path = config_path
+        self.beside = beside
         self.workers_wanted = cfg.worker_count()
-        self.slots = 2 * self.workers_wanted + 2  # room for a replacement beside every worker during reload
+        # Retiring workers keep their slot until they exit (at most drain_timeout_s): room for a replacement
+        # beside every worker and for the retirees of overlapping reloads; beyond that a reload waits for a
+        # slot instead of failing (``_continue_reload``).
+        self.slots = SLOTS_PER_WORKER * self.workers_wanted + 2
         self.children: dict[int, Child] = {}
         self.free_slots = list(range(self.slots))
         self.failures: dict[tuple[str, int], int] = {}
+        self.start_failures: dict[tuple[str, int], int] = {}  # consecutive deaths before listening/publishing
+        self.exit_code = 0
         self.respawn_at: dict[tuple[str, int], float] = {}
         self.snapshot_ready = False
         self.ready_sent = False
@@ -77,6 +128,11 @@ class Arbiter:
         self.reload_queue: list[int] = []
         self.reload_pending = False  # a SIGHUP arrived during a rolling reload: run another after it
         self.replacing: dict[int, int] = {}  # new worker pid -> old worker pid
+        self.reload_status = ReloadStatus(cfg.tls.state_dir)
+        self.reload_seq = 0  # SIGHUPs received (coalesced ones count once: the kernel merges them)
+        self.reload_running: int | None = None  # the seq the running rolling reload covers
+        self.reload_started = 0.0
+        self.reload_waiting_slot = False
         self.next_rss_check = time.monotonic() + RSS_CHECK_S
         self._status_buf = b""
 
@@ -84,7 +140,9 @@ class Arbiter:
 
     def _preflight(self) -> str | None:
         """Bind every listener once before forking: a port another program holds is one clear line and
-        exit 2, not a worker crash loop that never gets READY."""
+        exit 2, not a worker crash loop that never gets READY. The probe binds without SO_REUSEPORT, so a
+        second fleet on the same port is refused too (it would silently split the traffic), unless this
+        start is the deliberate second fleet of an upgrade (``beside``)."""
         from workers.listener import bind_reuseport
 
         listen = self.cfg.listen
@@ -96,9 +154,21 @@ class Arbiter:
             if not address:
                 continue
             try:
+                probe_exclusive(address, key)
+                continue
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    return f"{key}: cannot listen on {address}: {exc.strerror}"
+            holder = port_holder(address, key)
+            if not self.beside:
+                return f"{key}: cannot listen on {address}: already in use{holder}" + (
+                    " (to upgrade, start beside it with --beside-running-fleet)" if "sentin8-proxy" in holder else ""
+                )
+            try:
                 bind_reuseport(address, key).close()
             except OSError as exc:
-                return f"{key}: cannot listen on {address}: {exc.strerror}"
+                return f"{key}: cannot listen beside the running fleet on {address}: {exc.strerror}{holder}"
+            event("beside_running_fleet", key=key, listen=address, holder=holder.strip(" ()by"))
         return None
 
     def run(self) -> int:
@@ -108,6 +178,7 @@ class Arbiter:
             return 2
         setproctitle.setproctitle("sentin8-proxy: supervisor")
         install()
+        self.reload_status.start()
         self.shared = SharedState(self.cfg, self.slots)
         migrate = enable_migrate_req()
         self.status_r, self.status_w = os.pipe()
@@ -211,13 +282,15 @@ class Arbiter:
                 self._read_status()
             self._run_due()
             if self.state != "running" and not self.children:
-                event("stopped")
-                return 0
+                event("stopped", exit_code=self.exit_code)
+                self.reload_status.stop()
+                return self.exit_code
 
     def _next_deadline(self) -> float:
         deadlines = [self.next_rss_check, *self.respawn_at.values()]
         if self.kill_at is not None:
             deadlines.append(self.kill_at)
+        deadlines += [c.kill_at for c in self.children.values() if c.kill_at is not None]
         return min(deadlines)
 
     def _read_signals(self) -> list[int]:
@@ -241,6 +314,9 @@ class Arbiter:
         child = self.children.get(pid)
         if child is None:
             return
+        if code == lifecycle.SNAPSHOT_PUBLISHED:
+            child.listening = True  # the resolver's "serving": it published a table
+            self.start_failures.pop((child.role, child.index), None)
         if code == lifecycle.SNAPSHOT_PUBLISHED and not self.snapshot_ready:
             self.snapshot_ready = True
             if self.state == "running":
@@ -248,6 +324,8 @@ class Arbiter:
                     self._spawn_worker(index)
         elif code == lifecycle.WORKER_LISTENING:
             child.listening = True
+            child.kill_at = None
+            self.start_failures.pop((child.role, child.index), None)
             old = self.replacing.pop(pid, None)
             if old is not None:
                 self._retire(old)
@@ -278,6 +356,14 @@ class Arbiter:
             for child in self.children.values():
                 self._kill(child.pid, signal.SIGKILL)
             self.kill_at = None
+        for child in list(self.children.values()):
+            if child.kill_at is not None and now >= child.kill_at:
+                child.kill_at = None
+                if child.retiring:
+                    event("worker_drain_overrun", "warning", worker=child.index, child_pid=child.pid)
+                else:  # a replacement that never listened: its reload fails, the old worker stays
+                    event("worker_listen_timeout", "error", worker=child.index, child_pid=child.pid)
+                self._kill(child.pid, signal.SIGKILL)
         if now >= self.next_rss_check:
             self.next_rss_check = now + RSS_CHECK_S
             self._check_rss()
@@ -297,8 +383,14 @@ class Arbiter:
                 self._drain()
         elif signum == signal.SIGQUIT:
             self._quit()
-        elif signum == signal.SIGHUP and self.state == "running":
-            self._reload()
+        elif signum == signal.SIGHUP:
+            if self.state == "running":
+                self._on_sighup()
+            else:
+                self.reload_seq += 1
+                self.reload_status.requested(self.reload_seq)
+                self.reload_status.finished(self.reload_seq, "refused", "the fleet is stopping")
+                event("reload_refused", "error", seq=self.reload_seq, reason="the fleet is stopping")
         elif signum == signal.SIGUSR1:
             self._dump_stats()
 
@@ -320,6 +412,9 @@ class Arbiter:
             pass
 
     def _drain(self) -> None:
+        if self.reload_running is not None:  # a waiting ``reload --wait`` learns why it will never complete
+            self.reload_status.finished(self.reload_running, "failed", "the fleet is stopping")
+            self.reload_running = None
         self.state = "draining"
         sdnotify.notify("STOPPING=1")
         event("drain", timeout_s=self.cfg.fleet.drain_timeout_s)
@@ -363,22 +458,36 @@ class Arbiter:
                 reader.zero_gauges(child.slot)
                 reader.retire(child.slot)  # its counts join the retired total: no total ever goes down
                 self.free_slots.append(child.slot)
+                if self.reload_waiting_slot and self.state == "running":
+                    self._continue_reload()
             if self.state != "running":
                 if not self._workers():
                     self._stop_support()
                 continue
             if child.retiring:
                 continue
-            if pid in self.replacing:  # a replacement died before it listened: stop the rolling reload
+            if pid in self.replacing:  # a replacement died before it listened: the reload failed
                 self.replacing.pop(pid)
                 self.reload_queue.clear()
-                event("reload_stopped", "error", worker=child.index, exit_code=code,
-                      reason="replacement exited before listening")
+                self._reload_finished("failed", f"worker {child.index}: replacement exited {code} before listening")
                 continue
             self._schedule_respawn(child, code)
 
     def _schedule_respawn(self, child: Child, code: int) -> None:
         key = (child.role, child.index)
+        if not child.listening and not self.ready_sent:
+            # Before READY nothing serves yet: a start that cannot succeed is an operator error to report
+            # (exit 2, which systemd's RestartPreventExitStatus keeps down), not a loop. After READY the
+            # others serve, so a failing child keeps its capped backoff instead of taking the fleet down.
+            fails = self.start_failures[key] = self.start_failures.get(key, 0) + 1
+            if fails >= START_FAILURES_FATAL:
+                what = "publishing a routing table" if child.role == "resolver" else "listening"
+                reason = f"{child.role} {child.index} exited {fails} times in a row before {what} (exit code {code})"
+                print(f"sentin8-proxy: {reason}: stopping, see the lines above", file=sys.stderr, flush=True)
+                event("start_failures", "error", child=child.role, index=child.index, exit_code=code, reason=reason)
+                self.exit_code = 2
+                self._quit()
+                return
         lived = time.monotonic() - child.started
         failures = 0 if lived >= STABLE_AFTER_S else self.failures.get(key, 0) + 1
         self.failures[key] = failures
@@ -387,25 +496,41 @@ class Arbiter:
               respawn_in_s=round(delay, 3))
         self.respawn_at[key] = time.monotonic() + delay
 
-    # ---- reload --------------------------------------------------------------------------------------
+    # ---- reload ----------------------------------------------------------------------------------------
+    #
+    # One rolling reload at a time; SIGHUPs during one coalesce into one more after it (the newest config
+    # wins). Each ends observably: a ``reload_done`` / ``reload_refused`` / ``reload_failed`` event, READY=1
+    # to systemd (after RELOADING=1 at the start), and the status file ``sentin8-proxy reload --wait`` reads.
 
-    def _reload(self) -> None:
-        if self.reload_queue or self.replacing:
-            event("reload_queued")
+    def _on_sighup(self) -> None:
+        self.reload_seq += 1
+        self.reload_status.requested(self.reload_seq)
+        if self.reload_running is not None:
+            event("reload_queued", seq=self.reload_seq, running=self.reload_running)
             self.reload_pending = True
             return
-        if self.config_path is None:
-            new_cfg = self.cfg
-        else:
+        self._reload()
+
+    def _reload(self) -> None:
+        seq = self.reload_seq
+        self.reload_running = seq
+        self.reload_started = time.monotonic()
+        if self.ready_sent:  # before the first READY=1 systemd is still waiting for the start, not a reload
+            usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+            sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={usec}\nSTATUS=reloading (SIGHUP {seq})")
+        problem = None
+        new_cfg = self.cfg
+        if self.config_path is not None:
             try:
                 new_cfg = load_file(self.config_path)
+                check_paths(new_cfg)
             except ConfigError as exc:
-                event("reload_refused", "error", reason=str(exc))
-                return
+                problem = str(exc)
         wanted = new_cfg.worker_count()
-        if 2 * wanted + 2 > self.slots:
-            reason = f"fleet.workers: {wanted} needs a restart (shared memory sized for fewer)"
-            event("reload_refused", "error", reason=reason)
+        if problem is None and SLOTS_PER_WORKER * wanted + 2 > self.slots:
+            problem = f"fleet.workers: {wanted} needs a restart (shared memory sized for fewer)"
+        if problem is not None:
+            self._reload_finished("refused", problem)
             return
         if new_cfg.shm != self.cfg.shm:
             event("reload_note", "warning", reason="[shm] sizes apply at the next restart")
@@ -417,33 +542,63 @@ class Arbiter:
                 self._kill(child.pid, signal.SIGTERM if sources_changed else signal.SIGHUP)
             elif child.role == "worker" and child.index >= wanted and not child.retiring:
                 self._retire(child.pid)
-        event("reload_start", workers=wanted)
+        event("reload_start", seq=seq, workers=wanted)
         self.reload_queue = list(range(wanted))
         self._continue_reload()
 
     def _continue_reload(self) -> None:
+        self.reload_waiting_slot = False
         if self.replacing or self.state != "running":
             return
-        if not self.reload_queue and self.reload_pending:
-            self.reload_pending = False
-            self._reload()
-            return
         while self.reload_queue:
+            if not self.free_slots:  # every slot held by a retiree: the next exit frees one (_reap)
+                self.reload_waiting_slot = True
+                event("reload_waiting_slot", "warning", seq=self.reload_running, retiring=self._retiring_count())
+                return
             index = self.reload_queue.pop(0)
             old = [c for c in self._workers() if c.index == index and not c.retiring]
             new_pid = self._spawn_worker(index)
             if new_pid is None:
-                self.reload_queue.clear()
-                event("reload_stopped", "error", reason="no free counter slot")
-                return
-            if old:
-                self.replacing[new_pid] = old[0].pid
-                return  # the next one starts when this replacement listens
+                continue
+            # the next one starts when this one listens (a new index has no old worker to retire: -1)
+            self.replacing[new_pid] = old[0].pid if old else -1
+            self.children[new_pid].kill_at = time.monotonic() + REPLACEMENT_LISTEN_TIMEOUT_S
+            return
+        if self.reload_running is not None:
+            self._reload_finished("done")
+        elif self.reload_pending:
+            self._start_pending()
+
+    def _reload_finished(self, result: str, reason: str = "") -> None:
+        seq = self.reload_running if self.reload_running is not None else self.reload_seq
+        took = round(time.monotonic() - self.reload_started, 3)
+        if result == "done":
+            event("reload_done", seq=seq, took_s=took, workers=self.workers_wanted, retiring=self._retiring_count())
+            status = f"serving with {self.workers_wanted} workers (reload {seq} done)"
+        else:
+            event(f"reload_{result}", "error", seq=seq, took_s=took, reason=reason)
+            status = f"reload {seq} {result}: {reason}"
+        self.reload_status.finished(seq, result, reason)
+        if self.ready_sent:
+            sdnotify.notify(f"READY=1\nSTATUS={status}")
+        self.reload_running = None
+        if self.reload_pending:
+            self._start_pending()
+
+    def _start_pending(self) -> None:
+        self.reload_pending = False
+        if self.state == "running":
+            self._reload()
+
+    def _retiring_count(self) -> int:
+        return sum(1 for c in self._workers() if c.retiring)
 
     def _retire(self, pid: int) -> None:
         child = self.children.get(pid)
         if child is not None:
             child.retiring = True
+            # the worker leaves by itself at drain_timeout_s; this is the backstop that frees its slot
+            child.kill_at = time.monotonic() + self.cfg.fleet.drain_timeout_s + QUIT_GRACE_S
             self._kill(pid, signal.SIGTERM)
 
     # ---- memory --------------------------------------------------------------------------------------
@@ -462,5 +617,5 @@ class Arbiter:
                 self._continue_reload()
 
 
-def run(config_path: str | None, cfg: Config) -> int:
-    return Arbiter(cfg, config_path).run()
+def run(config_path: str | None, cfg: Config, beside: bool = False) -> int:
+    return Arbiter(cfg, config_path, beside).run()

@@ -1,4 +1,4 @@
-"""``sentin8-proxy``: run | check-config | demo."""
+"""``sentin8-proxy``: run | check-config | reload | demo."""
 
 from __future__ import annotations
 
@@ -7,13 +7,16 @@ import json
 import sys
 
 from sentin8.config import Config, ConfigError, load_file, to_toml_dict
+from sentin8.startup_checks import check_paths
 
 EXIT_CONFIG = 2
 
 
 def _load(path: str) -> Config:
     try:
-        return load_file(path)
+        cfg = load_file(path)
+        check_paths(cfg)
+        return cfg
     except ConfigError as exc:
         print(f"sentin8-proxy: config error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
@@ -24,8 +27,18 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run the fleet in the foreground (systemd runs this)")
     p_run.add_argument("--config", required=True, metavar="FILE")
+    p_run.add_argument(
+        "--beside-running-fleet",
+        action="store_true",
+        help="upgrade step: share the listen ports with the fleet already on them (see README, Upgrades)",
+    )
     p_check = sub.add_parser("check-config", help="validate FILE and print the effective config")
     p_check.add_argument("file", metavar="FILE")
+    p_reload = sub.add_parser("reload", help="SIGHUP the running fleet; with --wait, report how it ended")
+    p_reload.add_argument("--config", required=True, metavar="FILE", help="the fleet's config (its state_dir)")
+    p_reload.add_argument("--pid", type=int, default=0, help="the supervisor (default: its pid file)")
+    p_reload.add_argument("--wait", action="store_true", help="wait for the reload; exit 1 if refused or failed")
+    p_reload.add_argument("--timeout", type=float, default=0, help="--wait limit in s (default: 2 x drain + 60)")
     p_demo = sub.add_parser("demo", help="the embedded default: fleet + a demo TLS backend, unprivileged ports")
     p_demo.add_argument("--https-port", type=int, default=8443)
     p_demo.add_argument("--workers", type=int, default=0)
@@ -38,7 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         from .arbiter import run
 
-        return run(args.config, _load(args.config))
+        return run(args.config, _load(args.config), beside=args.beside_running_fleet)
+    if args.command == "reload":
+        from .reload_cmd import reload
+
+        try:
+            cfg = load_file(args.config)  # only for state_dir and the drain timeout: no file checks here
+        except ConfigError as exc:
+            print(f"sentin8-proxy: config error: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        return reload(cfg, args.pid, args.wait, args.timeout)
     from .demo import run_demo
 
     return run_demo(args.https_port, args.workers)

@@ -236,9 +236,14 @@ class Fleet:
         limits: str = "",
         nofile: int | None = None,
         listen_extra: str = "",
+        fleet: str = "",
+        port: int | None = None,
+        args: tuple[str, ...] = (),
     ) -> None:
+        """``fleet``: more keys of the [fleet] section; ``port``: share another fleet's port (with
+        ``args=("--beside-running-fleet",)``)."""
         self.workdir = workdir
-        self.port = free_port(host)
+        self.port = port or free_port(host)
         self.config = os.path.join(workdir, "proxy.toml")
         Path(self.config).write_text(
             f"""
@@ -249,7 +254,7 @@ mgmt = ""
 {listen_extra}
 [fleet]
 workers = {workers}
-drain_timeout_s = 10
+{fleet or "drain_timeout_s = 10"}
 [limits]
 peek_timeout_s = 2
 {limits}
@@ -263,7 +268,7 @@ state_dir = "{workdir}/state"
         self.log_path = os.path.join(workdir, "proxy.log")
         self.log = open(self.log_path, "w+")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor.cli", "run", "--config", self.config],
+            [sys.executable, "-m", "supervisor.cli", "run", "--config", self.config, *args],
             cwd=REPO,
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -48,10 +48,11 @@ class RedisServer:
     """``valkey-server`` (preferred) or ``redis-server`` on 127.0.0.1:<free port>, no persistence.
 
     ``stop()`` and ``start()`` keep the port, to simulate an outage and a recovery of the same endpoint.
-    A restart loses the data (nothing is saved), like a fresh Valkey would.
+    A restart loses the data (nothing is saved), like a fresh Valkey would, unless ``persist=True``: then
+    every write is in an fsynced append-only file, so even a SIGKILLed server comes back with its data.
     """
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, persist: bool = False) -> None:
         binary = shutil.which("valkey-server") or shutil.which("redis-server")
         if binary is None:  # fail, not skip: a green run must not hide a missing install step
             pytest.fail("neither valkey-server nor redis-server is installed (Debian: valkey-server or redis-server)")
@@ -59,6 +60,7 @@ class RedisServer:
         self.dir = workdir
         self.port = free_port()
         self.log = workdir / "redis.log"
+        self.persist = persist
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -80,7 +82,8 @@ class RedisServer:
     def start(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             return
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        aof = ["--appendonly", "yes", "--appendfsync", "always"] if self.persist else ["--appendonly", "no"]
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *aof]
         args += ["--dir", str(self.dir), "--logfile", str(self.log), "--daemonize", "no"]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         wait_until(self._ping, START_DEADLINE_S, what=f"{self.binary} on port {self.port}")
@@ -223,9 +226,9 @@ def _workdir(prefix: str) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def running_redis() -> Iterator[RedisServer]:
+def running_redis(persist: bool = False) -> Iterator[RedisServer]:
     with _workdir("s8-redis-") as d:
-        server = RedisServer(d)
+        server = RedisServer(d, persist=persist)
         server.start()
         try:
             yield server

@@ -1030,15 +1030,25 @@ def test_idle_keepalive_timeout_closes(start, backend):
     settled(proxy)
 
 
-def test_drain_closes_idle_and_finishes_inflight_with_close(start, backend):
-    proxy = start(make_table([backend]))
+def test_drain_answers_idle_keepalive_with_close_then_closes_the_still_idle(start, backend):
+    cfg = make_cfg()
+    cfg.fleet.drain_idle_grace_s = 0.5
+    proxy = start(make_table([backend]), cfg=cfg)
     idle = proxy.client()
     assert idle.request(get("/")).status == 200
+    racing = proxy.client()  # idle at drain, but its next request is already on its way
+    assert racing.request(get("/")).status == 200
     busy = proxy.client()
     busy.send(b"POST /hold-echo HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 2\r\n\r\nhi")
     wait_until(lambda: proxy.ctx.gauge == 1, what="request in flight")
+    t0 = time.monotonic()
     proxy.call(lambda: [b.begin_drain() for b in proxy.bridges])
-    assert idle.closed()
+    r = racing.request(get("/again"))  # not closed under it: answered, and told to go
+    assert r.status == 200 and r.header("connection") == "close"
+    assert racing.closed()
+    assert idle.closed()  # still idle at the end of the grace
+    assert time.monotonic() - t0 >= 0.45
+    assert proxy.counters["drain_idle_closed"] == 1
     backend.release.set()
     r = busy.response()
     assert r.body == b"hi" and r.header("connection") == "close"

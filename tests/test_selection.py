@@ -92,3 +92,23 @@ def test_cached_eligibility_still_expires_a_stale_heartbeat_on_time():
     assert sel.order("svc", pool, 1040.0)[0] == []
     fresh = [inst("a", health_ts=1039.0)]  # a new snapshot (a new list) is judged afresh
     assert [i.id for i in sel.order("svc", fresh, 1040.0)[0]] == ["a"]
+
+
+def test_health_clock_stands_still_while_the_registry_is_down_and_resumes_behind():
+    from sentin8.routing import RoutingTable
+
+    fresh_s = 30.0
+    pool = [inst("a", health_ts=1000.0)]
+    live = RoutingTable()
+    assert live.health_clock(2000.0) == 2000.0
+    down = RoutingTable(stale=True, health_frozen_at=1010.0)
+    # an hour into the outage, the instance is judged as at the last good read: still eligible
+    assert eligible(pool, down.health_clock(4600.0), fresh_s) == pool
+    sel = Selector(Marks(), fresh_s, 30)
+    assert sel.order("svc", pool, 4600.0, down.health_clock(4600.0))[0] == pool
+    # back after 3590 s of outage: for one freshness window the clock runs that far behind wall time
+    back = RoutingTable(health_lag_s=3590.0, health_lag_until=4630.0)
+    assert eligible(pool, back.health_clock(4601.0), fresh_s) == pool
+    # then wall time rules again: a heartbeat Captain never refreshed is stale
+    assert eligible(pool, back.health_clock(4631.0), fresh_s) == []
+    assert eligible(pool, live.health_clock(1031.0), fresh_s) == []

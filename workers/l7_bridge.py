@@ -179,6 +179,8 @@ class L7Bridge(asyncio.Protocol):
         self._closing = False
         self._eof = False
         self._draining = False
+        self._drain_grace = min(cfg.fleet.drain_idle_grace_s, cfg.fleet.drain_timeout_s)
+        self._drain_timer: asyncio.TimerHandle | None = None
         self._head_raw = 0
         self._progress = False
         self._completed_in_feed = False
@@ -202,6 +204,8 @@ class L7Bridge(asyncio.Protocol):
         self._sni = sni.lower().rstrip(".") if sni else None
         # The first head must arrive within the header deadline too (a silent connection is a slowloris).
         self._arm(_T_HEADER, self._header_timeout)
+        if self._draining:  # the handshake finished in a draining worker: answer, with Connection: close
+            self._arm_drain_grace()
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -265,6 +269,9 @@ class L7Bridge(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self._stop_timer()
+        timer, self._drain_timer = self._drain_timer, None
+        if timer is not None:
+            timer.cancel()
         ex, self._ex = self._ex, None
         if ex is not None:
             ex.client_gone()
@@ -291,9 +298,23 @@ class L7Bridge(asyncio.Protocol):
 
     # -- public ----------------------------------------------------------------------------------------
     def begin_drain(self) -> None:
-        """Worker drain: close now when idle; otherwise answer what is in flight with Connection: close."""
+        """Worker drain: every response from now on says Connection: close and ends the connection. An idle
+        keep-alive connection is kept for the drain grace, so a request already on its way is answered
+        instead of racing the close (HAProxy's idle-close-on-response); still idle then, it is closed.
+        May run before ``connection_made`` (a handshake completing in a draining worker): the grace then
+        starts when the connection is made."""
         self._draining = True
-        if not self._closing and self._ex is None and not self._queue and self._req is None and self._tunnel is None:
+        if self.transport is not None and not self._closing:
+            self._arm_drain_grace()
+
+    def _arm_drain_grace(self) -> None:
+        if self._drain_timer is None:
+            self._drain_timer = self.loop.call_later(self._drain_grace, self._drain_grace_over)
+
+    def _drain_grace_over(self) -> None:
+        self._drain_timer = None
+        if not self._closing and self.idle:
+            self.ctx.count("drain_idle_closed")
             self._close()
 
     @property
@@ -426,9 +447,14 @@ class L7Bridge(asyncio.Protocol):
             self._disarm()
         if self._closing:
             return
-        if close or self._draining or not req.complete or ex.tunnel or (self._eof and not self._queue):
+        if close or not req.complete or ex.tunnel or (self._eof and not self._queue):
             self._close()
             return
+        # Draining, but this response went out before the drain and promised keep-alive: closing now would
+        # race the client's next request. Keep the connection; that request gets Connection: close, and a
+        # connection still idle when the grace ends is closed.
+        if self._draining:
+            self._arm_drain_grace()
         self._unpause(_P_UPSTREAM | _P_BUFFER)
         if len(self._queue) <= 1:
             self._unpause(_P_PIPELINE)

@@ -14,6 +14,7 @@ import socket
 import time
 from typing import TypeVar
 
+import setproctitle
 import uvloop
 from OpenSSL import SSL
 
@@ -130,10 +131,11 @@ class Worker:
         if self.draining:
             return
         self.draining = True
+        setproctitle.setproctitle(f"sentin8-proxy: worker {self.index} [draining]")
         self._close_listeners()
         self.l7.pool.close_idle()
         for bridge in list(self.bridges):
-            bridge.begin_drain()  # idle keep-alive connections close now, busy ones after their response
+            bridge.begin_drain()  # busy ones close after their response, idle ones after the drain grace
         self.loop.call_later(self.cfg.fleet.drain_timeout_s, self._finish, 0)
         self._maybe_finished()
 
@@ -334,7 +336,8 @@ class Worker:
         table = table or self.routes.current()
         if table is None:
             return []
-        order, all_suspect = self.selector.order(service, table.instances(service), time.time())
+        now = time.time()
+        order, all_suspect = self.selector.order(service, table.instances(service), now, table.health_clock(now))
         if all_suspect:
             self.counters.inc("all_suspect_fallback")
         return order

@@ -84,6 +84,7 @@ NAMES: tuple[str, ...] = (
     "upstream_timeout",
     "slowloris_closed",
     "idle_closed",
+    "drain_idle_closed",
     "websocket_upgrades",
     "acme_passthrough",
     "policy_waf",

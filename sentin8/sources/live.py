@@ -12,7 +12,12 @@ Lifecycle (DESIGN §6):
   heartbeats are not announced; the table is republished only when something in it changed.
 - **Outage**: a failed load keeps the last good data and republishes it with ``stale=True``; ``built_at``
   stays at the last moment every source was good, so the age shows. Failing loads and the subscription
-  retry with capped exponential backoff; the first successful load clears ``stale``. After every
+  retry with exponential backoff capped at ``backoff_max_s`` (2 s: a recovered Valkey is read within ~2 s),
+  without the event debounce; the first successful load clears ``stale``.
+- **Health clock during a registry outage**: heartbeats cannot be read, so they must not age. The table
+  carries ``health_frozen_at`` (the last good registry read) while the registry is down, and after it is
+  back ``health_lag_s`` (the outage length) for one ``health_fresh_s`` window, so instances that were fresh
+  at the last good read keep traffic until Captain has had a window to refresh them. After every
   (re)subscription both sources reload once, because events sent while unsubscribed are lost. A lost
   subscription alone never marks the table stale (the catch-up reload and the safety poll cover the
   missed events); with a Valkey registry it triggers an immediate registry load, which is what notices.
@@ -108,7 +113,7 @@ class LiveRunner:
         registry_debounce_s: float = 1.0,
         domains_debounce_s: float = 0.0,
         backoff_initial_s: float = 0.5,
-        backoff_max_s: float = 30.0,
+        backoff_max_s: float = 2.0,
         load_timeout_s: float = 15.0,
         connect_timeout_s: float = 5.0,
         ping_interval_s: float = 10.0,
@@ -145,6 +150,8 @@ class LiveRunner:
         self._publish: Publish | None = None  # None until boot is over: nothing is published before
         self._published_key: bytes | None = None
         self._published_stale = False
+        self._published_clock: tuple[float, float, float] = (0.0, 0.0, 0.0)
+        self._health_lag = (0.0, 0.0)  # (lag_s, until): the registry's paused clock resuming after an outage
         self._published = 0
         self._last_publish_at: float | None = None
         self._publish_error: str | None = None
@@ -181,10 +188,12 @@ class LiveRunner:
             return
         table: RoutingTable = build(self._routes, self._instances, built_at=0.0, stale=False)
         key = encode(table)  # content only: an unchanged table must not be republished on every poll
-        if key == self._published_key and stale == self._published_stale:
+        clock = self._health_clock_fields()
+        if key == self._published_key and stale == self._published_stale and clock == self._published_clock:
             return
         table.built_at = self._good_at
         table.stale = stale
+        table.health_frozen_at, table.health_lag_s, table.health_lag_until = clock
         try:
             self._publish(table)
         except Exception as exc:  # e.g. too large for shared memory: keep serving the last one, retry next time
@@ -194,8 +203,19 @@ class LiveRunner:
         self._publish_error = None
         self._published_key = key
         self._published_stale = stale
+        self._published_clock = clock
         self._published += 1
         self._last_publish_at = time.time()
+
+    def _health_clock_fields(self) -> tuple[float, float, float]:
+        """(frozen_at, lag_s, lag_until) for the published table; see ``RoutingTable.health_clock``."""
+        reg = self.registry
+        if reg.live and not reg.ok and reg.last_success:
+            return (reg.last_success, 0.0, 0.0)
+        lag_s, until = self._health_lag
+        if until and time.time() < until:
+            return (0.0, lag_s, until)
+        return (0.0, 0.0, 0.0)
 
     # ---- loads ----------------------------------------------------------------------------------------
 
@@ -238,6 +258,9 @@ class LiveRunner:
             return False
         if not src.ok and src.failures:
             event("source_recovered", source=src.name, kind=src.kind, failures=src.failures)
+            if src is self.registry and src.last_success:
+                now = time.time()
+                self._health_lag = (now - src.last_success, now + self.cfg.sources.health_fresh_s)
         src.ok = True
         src.reloads += 1
         src.last_success = time.time()
@@ -246,19 +269,24 @@ class LiveRunner:
 
     async def _loader(self, src: _SourceState) -> None:
         backoff = self.backoff_initial_s
+        retrying = False
         while True:
-            src.busy = False
-            await src.want.wait()
-            src.busy = True
-            if src.debounce_s > 0:
-                await asyncio.sleep(src.debounce_s)  # let the burst land: everything in it costs this one load
+            if not retrying:
+                src.busy = False
+                await src.want.wait()
+                src.busy = True
+                if src.debounce_s > 0:
+                    await asyncio.sleep(src.debounce_s)  # let the burst land: everything in it costs one load
             src.want.clear()  # requests from here on ask for a newer load than the one starting now
             if await self._attempt(src):
                 backoff = self.backoff_initial_s
+                retrying = False
                 continue
+            # A retry is not an event burst: no debounce, so a recovered source is read within the backoff.
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self.backoff_max_s)
-            src.request()
+            src.requests += 1
+            retrying = True
 
     def _request_all(self) -> None:
         for src in self._sources:
