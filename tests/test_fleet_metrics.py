@@ -12,8 +12,10 @@ import secrets
 import signal
 import threading
 import time
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.netns import external_host  # noqa: F401 - fixture
 from tests.peers import HTTPBackend, wait_until
@@ -84,7 +86,7 @@ def documents(redis_server):
     docs.close()
 
 
-def metrics_fleet(fleet_factory, backend, redis_server, channel: str, workers: int = 1, log: str = ""):
+def metrics_fleet(fleet_factory, backend, redis_server, channel: str, workers: int = 1, log: str = "", **kw):
     return fleet_factory(
         f"""
 [metrics]
@@ -103,7 +105,20 @@ service = "web"
 """,
         workers=workers,
         host="0.0.0.0",
+        **kw,
     )
+
+
+def scrape(fleet) -> tuple[bytes, dict[tuple[str, tuple], float]]:
+    """GET /metrics on the management port (no token), parsed by prometheus_client's own parser."""
+    with urllib.request.urlopen(fleet.mgmt_url + "/metrics", timeout=5) as resp:
+        assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/plain")
+        body = resp.read()
+    out = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return body, out
 
 
 def keepalive_requests(host, fleet, n: int, raw: bytes = b"GET /ok HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n") -> None:
@@ -227,3 +242,56 @@ def test_canary_never_leaves_the_process(
     else:
         assert access == []
     assert re.search(r'"event":"metrics_publisher_start"', out)
+
+
+def test_prometheus_scrape_matches_the_documents_and_never_goes_down(
+    external_host, fleet_factory, web, redis_server, documents  # noqa: F811
+):
+    pytest.importorskip("sentin8.mgmt", reason="the management process (issue 10) serves /metrics")
+    fleet = metrics_fleet(fleet_factory, web, redis_server, documents.channel, workers=2, mgmt=True)
+    wait_until(lambda: _up(fleet), 15, what="mgmt up")
+    canary = "cnry" + secrets.token_hex(12)
+    k = 12
+    keepalive_requests(
+        external_host,
+        fleet,
+        k,
+        f"GET /{canary}?{canary} HTTP/1.1\r\nHost: shop.apps.test\r\nX-A: {canary}\r\n\r\n".encode(),
+    )
+    misdirected(external_host, fleet)
+    body, got = scrape(fleet)
+    assert canary.encode() not in body
+    ok = ("sentin8_requests_total", (("service", "web"), ("status", "200")))
+    assert got[ok] == k
+    assert got[("sentin8_requests_total", (("service", "_none"), ("status", "421")))] == 1
+    assert got[("sentin8_request_duration_seconds_count", (("service", "web"),))] == k
+    assert got[("sentin8_request_duration_seconds_bucket", (("le", "+Inf"), ("service", "web")))] == k
+    warm = got[("sentin8_upstream_connections_total", (("kind", "warm"), ("service", "web")))]
+    cold = got[("sentin8_upstream_connections_total", (("kind", "cold"), ("service", "web")))]
+    assert (warm, cold) == (k - 1, 1)
+    assert got[("sentin8_connections_total", (("side", "external"),))] == 2
+    assert got[("sentin8_snapshot_stale", ())] == 0
+    rss = [v for (name, _), v in got.items() if name == "sentin8_worker_rss_bytes"]
+    assert len(rss) == 2 and all(v > 10_000_000 for v in rss)
+    wait_until(lambda: documents.requests("web", "200") == k, 4 * INTERVAL + 5, what="the same K in the documents")
+    # a SIGKILLed worker and a rolling reload: the scraped totals never go down
+    seen = [got[ok]]
+    os.kill(next(iter(fleet.workers())), signal.SIGKILL)
+    seen.append(scrape(fleet)[1].get(ok, 0))
+    wait_until(lambda: len(fleet.workers()) == 2, 15, what="respawned")
+    keepalive_requests(external_host, fleet, 3)
+    seen.append(scrape(fleet)[1][ok])
+    before = set(fleet.workers())
+    fleet.signal(signal.SIGHUP)
+    wait_until(lambda: not (set(fleet.workers()) & before) and len(fleet.workers()) == 2, 30, what="reloaded")
+    seen.append(scrape(fleet)[1][ok])
+    assert seen == sorted(seen) and seen[-1] == k + 3, seen
+    assert canary not in fleet.output()
+
+
+def _up(fleet) -> bool:
+    try:
+        scrape(fleet)
+    except OSError:
+        return False
+    return True
