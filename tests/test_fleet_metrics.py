@@ -148,6 +148,10 @@ def test_k_requests_are_exactly_k_in_the_documents_within_two_intervals(
     keepalive_requests(external_host, fleet, k)  # one connection: one cold upstream connect, then warm
     misdirected(external_host, fleet)
     misdirected(external_host, fleet)
+    classical = PQClient(external_host.connect(fleet.port), "shop.apps.test", classical=True)
+    with pytest.raises(Exception):  # noqa: B017 - any TLS failure is the point
+        classical.handshake()
+    classical.close()
     done = time.monotonic()
     wait_until(lambda: documents.requests("web", "200") >= k, 4 * INTERVAL + 5, what="K in the documents")
     seen_at = documents.arrivals[-1]
@@ -159,7 +163,9 @@ def test_k_requests_are_exactly_k_in_the_documents_within_two_intervals(
     assert documents.latency_count("web") == k  # histogram count == request count
     assert documents.upstream("web") == {"warm": k - 1, "cold": 1, "stale_retry": 0}
     assert documents.traffic("external", "requests") == k + 2
-    assert documents.traffic("external", "connections") == 3
+    assert documents.traffic("external", "connections") == 4
+    errors = [d["handshake_errors"] for d in documents.docs if d["handshake_errors"]]
+    assert errors == [{"classical_only": 1}], errors
     seqs = [d["seq"] for d in documents.docs]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # consecutive: no document lost in between
     doc = documents.docs[-1]
