@@ -53,6 +53,9 @@ class Resolver:
 
     async def _main(self) -> int:
         loop = asyncio.get_running_loop()
+        src = self.cfg.sources
+        event("resolver_start", registry=src.registry, domains=src.domains,
+              metrics_channel=self.cfg.metrics.channel if self.cfg.metrics_valkey_url() else None)
         reload = asyncio.Event()
         stop: asyncio.Future[None] = loop.create_future()
         loop.add_signal_handler(signal.SIGHUP, reload.set)

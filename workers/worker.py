@@ -115,6 +115,7 @@ class Worker:
         self.loop.add_signal_handler(signal.SIGQUIT, self._stop_now)
         self.loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the supervisor replaces us instead
         lifecycle.send(self.status_fd, lifecycle.WORKER_LISTENING)
+        event("worker_listening", worker=self.index, listeners=len(self.listeners))  # a respawn shows as this too
         code = await self.stopped
         self.pipes.close()
         self.l7.pool.close()
