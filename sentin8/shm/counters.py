@@ -130,7 +130,7 @@ NAMES: tuple[str, ...] = (
     "open_connections",
 )
 GAUGES = ("l4_active", "active_connections", "open_connections")
-MAX_COUNTERS = 256  # room for the names other features add; the last two words are the block's own
+MAX_COUNTERS = 256  # room for the names other features add; the last three words are the block's own
 _PID = MAX_COUNTERS - 1  # pid of the process writing the block (0 = none): Prometheus reads its RSS
 _EPOCH = MAX_COUNTERS - 2  # the max epoch the block's latency maxima belong to
 _WORKER = MAX_COUNTERS - 3  # the writer's worker index + 1 (0 = none)
