@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.netns import external_host  # noqa: F401 - fixture
-from tests.peers import HTTPBackend, wait_until
+from tests.peers import HTTPBackend, roundtrip, wait_until
 from tests.pqclient import PQClient
 
 INTERVAL = 1.0
@@ -346,3 +346,66 @@ def test_a_valkey_outage_skips_documents_never_a_request_and_loses_no_count(
         pytest.skip("a document went out in the milliseconds before the test subscribed again")
     assert after == list(range(last_seq + 1, last_seq + 1 + len(after)))  # skipped ones never took a number
     assert documents.requests("web", "200") == 25  # carried by the first document after the outage
+
+
+def test_policy_blocks_by_kind_and_l4_connections_per_service(
+    external_host, fleet_factory, web, redis_server, documents, backend_factory  # noqa: F811
+):
+    db = backend_factory("db", "db.internal.test")
+    fleet = fleet_factory(
+        f"""
+[metrics]
+valkey_url = "{redis_server.url}"
+channel = "{documents.channel}"
+interval_s = {INTERVAL}
+[policy]
+waf = true
+max_headers = 10
+[[instances]]
+service = "web"
+id = "web-1"
+host = "127.0.0.1"
+port = {web.port}
+[[instances]]
+service = "db"
+id = "db-1"
+host = "127.0.0.1"
+port = {db.port}
+[[domains]]
+hostname = "shop.apps.test"
+service = "web"
+[[domains]]
+hostname = "db.internal.test"
+service = "db"
+""",
+        workers=1,
+        host="0.0.0.0",
+    )
+
+    def one(raw: bytes) -> bytes:
+        client = PQClient(external_host.connect(fleet.port), "shop.apps.test")
+        try:
+            client.handshake()
+            return client.request(raw)
+        finally:
+            client.close()
+
+    assert one(b"GET /?q=1%27%20OR%201=1-- HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n").startswith(b"HTTP/1.1 403")
+    many = b"".join(b"X-H%d: v\r\n" % i for i in range(20))
+    assert one(b"GET / HTTP/1.1\r\nHost: shop.apps.test\r\n" + many + b"\r\n").startswith(b"HTTP/1.1 431")
+    for _ in range(3):  # loopback is internal: SNI-routed L4 to the db service, never decrypted
+        assert roundtrip(fleet.port, "db.internal.test") == b"db:ping"
+    wait_until(lambda: documents.traffic("internal", "connections") >= 3, 4 * INTERVAL + 5, what="L4 in documents")
+    wait_until(lambda: _sum_policy(documents) == {"waf": 1, "header_caps": 1}, 4 * INTERVAL + 5, what="blocks")
+    l4 = [x for d in documents.docs for x in d["l4_connections"]]
+    assert sum(x["count"] for x in l4 if x["service"] == "db") == 3
+    assert documents.requests("web", "403") == 1
+    assert documents.requests("_none", "431") == 1  # refused before any service was resolved
+
+
+def _sum_policy(documents: Documents) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for d in list(documents.docs):
+        for kind, n in d["policy_blocks"].items():
+            out[kind] = out.get(kind, 0) + n
+    return out
