@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 import psutil
 import setproctitle
 
-from sentin8 import lifecycle
+from sentin8 import lifecycle, runtime_policy
 from sentin8.config import Config, ConfigError, load_file, parse_hostport
 from sentin8.eventlog import event, install, set_role
+from sentin8.shm import fleet as fleet_state
 from sentin8.shm.state import SharedState
 from sentin8.startup_checks import check_paths
 
@@ -46,7 +47,7 @@ SLOTS_PER_WORKER = 4  # counter slots: the live worker, its replacement, and ret
 
 @dataclass
 class Child:
-    role: str  # "resolver" | "worker"
+    role: str  # "resolver" | "worker" | "mgmt"
     index: int
     pid: int
     slot: int = -1
@@ -135,6 +136,8 @@ class Arbiter:
         self.reload_waiting_slot = False
         self.next_rss_check = time.monotonic() + RSS_CHECK_S
         self._status_buf = b""
+        self.mgmt_sock: socket.socket | None = None  # bound once here, inherited by every mgmt process
+        self.mgmt_secret = b""
 
     # ---- setup ---------------------------------------------------------------------------------------
 
@@ -142,9 +145,17 @@ class Arbiter:
         """Bind every listener once before forking: a port another program holds is one clear line and
         exit 2, not a worker crash loop that never gets READY. The probe binds without SO_REUSEPORT, so a
         second fleet on the same port is refused too (it would silently split the traffic), unless this
-        start is the deliberate second fleet of an upgrade (``beside``)."""
+        start is the deliberate second fleet of an upgrade (``beside``). The management
+        port stays bound (its process inherits it), and its JWT secret is checked here too."""
         from workers.listener import bind_reuseport
 
+        if self.cfg.listen.mgmt:  # a config error like the others: before anything binds
+            from sentin8.mgmt.auth import load_secret
+
+            try:
+                self.mgmt_secret = load_secret(self.cfg.mgmt, os.environ)
+            except ConfigError as exc:
+                return str(exc)
         listen = self.cfg.listen
         for key, address in (
             ("listen.https", listen.https),
@@ -169,6 +180,14 @@ class Arbiter:
             except OSError as exc:
                 return f"{key}: cannot listen beside the running fleet on {address}: {exc.strerror}{holder}"
             event("beside_running_fleet", key=key, listen=address, holder=holder.strip(" ()by"))
+        if self.cfg.listen.mgmt:
+            try:
+                self.mgmt_sock = bind_reuseport(self.cfg.listen.mgmt, "listen.mgmt", backlog=1024, reuseport=False)
+            except OSError as exc:
+                if not (self.beside and exc.errno == errno.EADDRINUSE):
+                    return f"listen.mgmt: cannot listen on {self.cfg.listen.mgmt}: {exc.strerror}"
+                # the fleet this one replaces still serves it: take it over once that one lets go
+                event("mgmt_deferred", "warning", listen=self.cfg.listen.mgmt, reason="in use by the running fleet")
         return None
 
     def run(self) -> int:
@@ -180,6 +199,8 @@ class Arbiter:
         install()
         self.reload_status.start()
         self.shared = SharedState(self.cfg, self.slots)
+        self.fleet_state = self.shared.fleet()
+        self._publish_runtime_policy()
         migrate = enable_migrate_req()
         self.status_r, self.status_w = os.pipe()
         os.set_blocking(self.status_r, False)
@@ -197,7 +218,29 @@ class Arbiter:
             tcp_migrate_req=migrate,
         )
         self._spawn_resolver()
+        if self.mgmt_sock is not None:
+            event("mgmt_listening", listen=self._mgmt_address())
+        if self.cfg.listen.mgmt:
+            self._spawn_mgmt()
         return self._loop()
+
+    def _mgmt_address(self) -> str:
+        """The bound management address (the real port when listen.mgmt asked for port 0)."""
+        assert self.mgmt_sock is not None
+        host, port = self.mgmt_sock.getsockname()[:2]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def _publish_runtime_policy(self) -> None:
+        """The policy overlay the management API persisted, back in shared memory before any worker starts:
+        a fleet restart keeps the operator's runtime changes."""
+        try:
+            overlay = runtime_policy.load(self.cfg.tls.state_dir)
+        except runtime_policy.OverlayError as exc:
+            event("runtime_policy_unreadable", "error", reason=str(exc), using="config file [policy]")
+            return
+        self.shared.policy_writer().publish(overlay)
+        if overlay != runtime_policy.Overlay():
+            event("runtime_policy_loaded", overlay=runtime_policy.encode(overlay).decode())
 
     # ---- forking -------------------------------------------------------------------------------------
 
@@ -208,6 +251,10 @@ class Arbiter:
         code = 1
         try:
             signal.set_wakeup_fd(-1)
+            if role != "mgmt":
+                self.mgmt_secret = b""  # only the management process needs it
+                if self.mgmt_sock is not None:
+                    self.mgmt_sock.close()
             for sig in HANDLED_SIGNALS:
                 signal.signal(sig, signal.SIG_IGN if sig == signal.SIGUSR1 else signal.SIG_DFL)
             os.close(self.sig_r)
@@ -242,6 +289,27 @@ class Arbiter:
 
         pid = self._fork("resolver", 0, "sentin8-proxy: resolver", target)
         self.children[pid] = Child("resolver", 0, pid)
+
+    def _spawn_mgmt(self) -> None:
+        from workers.listener import bind_reuseport
+
+        from .mgmt import MgmtProcess
+
+        if self.mgmt_sock is None:  # deferred beside a running fleet: retried each second until it lets go
+            try:
+                self.mgmt_sock = bind_reuseport(self.cfg.listen.mgmt, "listen.mgmt", backlog=1024, reuseport=False)
+            except OSError:
+                self.respawn_at[("mgmt", 0)] = time.monotonic() + 1.0
+                return
+            event("mgmt_listening", listen=self._mgmt_address())
+        cfg, sock = self.cfg, self.mgmt_sock
+
+        def target() -> int:
+            return MgmtProcess(cfg, self.shared, sock, self.mgmt_secret).run()
+
+        pid = self._fork("mgmt", 0, "sentin8-proxy: mgmt", target)
+        # listening already (the socket is ours): a failing mgmt process gets backoff, never stops the fleet
+        self.children[pid] = Child("mgmt", 0, pid, listening=True)
 
     def _spawn_worker(self, index: int) -> int | None:
         """Fork worker ``index``; None when every counter slot is taken (workers still draining): retried later."""
@@ -281,10 +349,20 @@ class Arbiter:
             if self.status_r in readable:
                 self._read_status()
             self._run_due()
+            self._publish_fleet_state()
             if self.state != "running" and not self.children:
                 event("stopped", exit_code=self.exit_code)
                 self.reload_status.stop()
                 return self.exit_code
+
+    def _publish_fleet_state(self) -> None:
+        """For /health: starting until READY, draining from the first SIGTERM, and the listening workers."""
+        if self.state != "running":
+            state = fleet_state.DRAINING
+        else:
+            state = fleet_state.RUNNING if self.ready_sent else fleet_state.STARTING
+        listening = sum(1 for c in self._workers() if c.listening)
+        self.fleet_state.publish(state, listening, self.workers_wanted)
 
     def _next_deadline(self) -> float:
         deadlines = [self.next_rss_check, *self.respawn_at.values()]
@@ -350,6 +428,8 @@ class Arbiter:
                     role, index = key
                     if role == "resolver":
                         self._spawn_resolver()
+                    elif role == "mgmt":
+                        self._spawn_mgmt()
                     elif index < self.workers_wanted and not self._has_worker(index):
                         self._spawn_worker(index)
         if self.kill_at is not None and now >= self.kill_at:
@@ -465,6 +545,8 @@ class Arbiter:
                     self._stop_support()
                 continue
             if child.retiring:
+                if child.role == "mgmt":
+                    self._spawn_mgmt()  # reloaded: requests waited in the kept socket's accept queue
                 continue
             if pid in self.replacing:  # a replacement died before it listened: the reload failed
                 self.replacing.pop(pid)
@@ -534,12 +616,16 @@ class Arbiter:
             return
         if new_cfg.shm != self.cfg.shm:
             event("reload_note", "warning", reason="[shm] sizes apply at the next restart")
+        if new_cfg.listen.mgmt != self.cfg.listen.mgmt:
+            event("reload_note", "warning", reason="listen.mgmt applies at the next restart")
         sources_changed = new_cfg.sources != self.cfg.sources
         self.cfg = new_cfg
         self.workers_wanted = wanted
         for child in list(self.children.values()):
             if child.role == "resolver":
                 self._kill(child.pid, signal.SIGTERM if sources_changed else signal.SIGHUP)
+            elif child.role == "mgmt":
+                self._retire(child.pid)  # its successor starts when it exits (one jti writer at a time)
             elif child.role == "worker" and child.index >= wanted and not child.retiring:
                 self._retire(child.pid)
         event("reload_start", seq=seq, workers=wanted)

@@ -1,4 +1,5 @@
-"""``sentin8-proxy``: run | check-config | reload | demo."""
+"""``sentin8-proxy``: run | check-config | reload | demo, and the management commands
+(``supervisor.mgmt_cli``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 
 from sentin8.config import Config, ConfigError, load_file, to_toml_dict
 from sentin8.startup_checks import check_paths
+
+from . import mgmt_cli
 
 EXIT_CONFIG = 2
 
@@ -42,7 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     p_demo = sub.add_parser("demo", help="the embedded default: fleet + a demo TLS backend, unprivileged ports")
     p_demo.add_argument("--https-port", type=int, default=8443)
     p_demo.add_argument("--workers", type=int, default=0)
+    mgmt_cli.add_parsers(sub)
     args = parser.parse_args(argv)
+
+    if args.command in mgmt_cli.COMMANDS:
+        return mgmt_cli.run(args)
 
     if args.command == "check-config":
         cfg = _load(args.file)

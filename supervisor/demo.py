@@ -20,9 +20,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from sentin8.config import load_file
+from sentin8.config import Mgmt, load_file
+from sentin8.mgmt.auth import ALL_SCOPES, mint, new_secret
 
 DEMO_HOST = "demo.sentin8.test"
+DEMO_TOKEN_TTL_S = 12 * 3600
 
 
 def write_demo_cert(directory: str, hostname: str) -> tuple[str, str]:
@@ -77,10 +79,10 @@ async def _demo_backend(sock: socket.socket, cert: str, key: str) -> None:
         await server.serve_forever()
 
 
-def _free_port_or(preferred: int) -> int:
+def _free_port_or(preferred: int, host: str = "0.0.0.0") -> int:
     with socket.socket() as s:
         try:
-            s.bind(("0.0.0.0", preferred))
+            s.bind((host, preferred))
             return preferred
         except OSError:
             s.bind(("0.0.0.0", 0))
@@ -97,6 +99,12 @@ def run_demo(https_port: int, workers: int) -> int:
     backend.listen(128)
     backend_port = backend.getsockname()[1]
     https_port = _free_port_or(https_port)
+    mgmt_port = _free_port_or(9180, "127.0.0.1")
+    mgmt_cfg = Mgmt()
+    # the demo's own signing secret (kept if the operator exported one), and a token to try the API with
+    secret = os.environ.get(mgmt_cfg.jwt_secret_env) or new_secret()
+    os.environ[mgmt_cfg.jwt_secret_env] = secret
+    token = mint(secret.encode(), mgmt_cfg, list(ALL_SCOPES), DEMO_TOKEN_TTL_S, sub="demo")
     config_path = os.path.join(workdir, "sentin8-demo.toml")
     with open(config_path, "w") as fh:
         fh.write(
@@ -104,7 +112,7 @@ def run_demo(https_port: int, workers: int) -> int:
 [listen]
 https = "0.0.0.0:{https_port}"
 http = ""
-mgmt = ""
+mgmt = "127.0.0.1:{mgmt_port}"
 
 [fleet]
 workers = {workers}
@@ -147,6 +155,12 @@ Sentin8:Proxy demo
 
   an unknown name is closed (fail closed):
     curl --resolve nope.example:{https_port}:127.0.0.1 -k https://nope.example:{https_port}/
+  management API and dashboard (token valid {DEMO_TOKEN_TTL_S // 3600} h, every scope; paste it into the page):
+    http://127.0.0.1:{mgmt_port}/
+    {token}
+  the CLI on this box mints a fresh token per command from the demo's secret (a change is one-use per token):
+    export {mgmt_cfg.jwt_secret_env}={secret} SENTIN8_MGMT_URL=http://127.0.0.1:{mgmt_port}
+    sentin8-proxy status; sentin8-proxy backends; sentin8-proxy policy --set rate_limit=true rate_limit_rps=5
   Ctrl-C drains and stops.
 """,
         flush=True,

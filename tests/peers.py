@@ -8,6 +8,7 @@ import json
 import os
 import re
 import resource
+import secrets
 import signal
 import socket
 import ssl
@@ -235,22 +236,29 @@ class Fleet:
         http: str = "",
         limits: str = "",
         nofile: int | None = None,
+        mgmt: bool | int = False,
         listen_extra: str = "",
         fleet: str = "",
         port: int | None = None,
         args: tuple[str, ...] = (),
     ) -> None:
-        """``fleet``: more keys of the [fleet] section; ``port``: share another fleet's port (with
-        ``args=("--beside-running-fleet",)``)."""
+        """``mgmt``: run the management API on a loopback port (``mgmt_url``; an int: that port) with a fresh secret
+        (``secret``); otherwise ``listen.mgmt = ""``. ``fleet``: more keys of the [fleet] section; ``port``: share
+        another fleet's port (with ``args=("--beside-running-fleet",)``)."""
         self.workdir = workdir
         self.port = port or free_port(host)
+        self.secret = secrets.token_urlsafe(36)
+        # mgmt=True: port 0, the bound port is read from the fleet's mgmt_listening event (no free-port race)
+        self.mgmt_port = 0 if mgmt is True else int(mgmt)
+        self.mgmt_url = ""
+        mgmt_listen = f"127.0.0.1:{self.mgmt_port}" if mgmt else ""
         self.config = os.path.join(workdir, "proxy.toml")
         Path(self.config).write_text(
             f"""
 [listen]
 https = "{host}:{self.port}"
 http = "{http}"
-mgmt = ""
+mgmt = "{mgmt_listen}"
 {listen_extra}
 [fleet]
 workers = {workers}
@@ -273,11 +281,16 @@ state_dir = "{workdir}/state"
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env={**os.environ, "SENTIN8_MGMT_JWT_SECRET": self.secret},
             preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))) if nofile else None,
         )
         wait_until(lambda: self.saw("ready") or self.proc.poll() is not None, 20, what="fleet ready")
         if self.proc.poll() is not None:
             raise AssertionError(f"fleet exited {self.proc.returncode}:\n{self.output()}")
+        if mgmt:
+            if mgmt is True:
+                self.mgmt_port = int(self.events("mgmt_listening")[0]["listen"].rsplit(":", 1)[1])
+            self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}"
 
     def output(self) -> str:
         return Path(self.log_path).read_text()

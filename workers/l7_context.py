@@ -30,6 +30,7 @@ class WorkerL7Context:
         self.cfg: Config = worker.cfg
         self.counters = worker.counters
         self.edge_policy = policy
+        self.policy_values = worker.policy_values
         self.pool = UpstreamPool.from_config(loop, self.cfg)
         up = self.cfg.upstream
         self._upstream_ctx = None
@@ -72,6 +73,9 @@ class WorkerL7Context:
         self.counters.add_gauge("active_connections", delta)
 
     def policy(self, request: RequestInfo) -> int | None:
+        values = self.policy_values.current()  # one shared read; a new object only after a runtime change
+        if values is not self.edge_policy.cfg:
+            self.edge_policy.cfg = values  # EdgePolicy reads its values from .cfg at decision time
         verdict = self.edge_policy.check(request.client_ip, request.host, request.target)
         if verdict is None:
             return None

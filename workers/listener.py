@@ -7,15 +7,19 @@ import socket
 from sentin8.config import parse_hostport
 
 
-def bind_reuseport(address: str, key: str, backlog: int = 4096, defer_accept_s: int = 0) -> socket.socket:
+def bind_reuseport(
+    address: str, key: str, backlog: int = 4096, defer_accept_s: int = 0, reuseport: bool = True
+) -> socket.socket:
     """``defer_accept_s`` > 0: the kernel hands a connection to accept() only once its first bytes arrived
-    (or the seconds passed), so a silent peer costs no accept and a ClientHello is usually ready to peek."""
+    (or the seconds passed), so a silent peer costs no accept and a ClientHello is usually ready to peek.
+    ``reuseport=False``: one owner only (the management port, bound once by the supervisor)."""
     host, port = parse_hostport(address, key)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if reuseport:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # "[::]" is dual stack
         if defer_accept_s:

@@ -27,6 +27,7 @@ from sentin8.netclass import Classifier
 from sentin8.policy import EdgePolicy
 from sentin8.routing import Instance, RoutingTable
 from sentin8.selection import Selector
+from sentin8.shm.policy import PolicyCache
 from sentin8.shm.snapshot import SnapshotCache
 from sentin8.shm.state import SharedState
 from sentin8.tls import SNIContexts
@@ -63,6 +64,8 @@ class Worker:
         self.classifier = Classifier(cfg.network.internal_cidrs)
         self.pipes = PipePool()
         self.policy = EdgePolicy(cfg.policy, shared.buckets())
+        # its values: the config's [policy] with the runtime overlay the management API publishes in shm on top
+        self.policy_values = PolicyCache(shared.policy_reader(), cfg.policy)
         self.cert_report = shared.cert_report_writer(slot)
         self.certs = CertStore(
             cfg.tls.cert_dir,

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from ..config import Config
 from ..ticketkeys import TicketKeyRing
-from . import certreport, counters, services, snapshot
+from . import certreport, counters, mgmt_refusals, services, snapshot
+from . import fleet as fleet_state
+from . import jti as jti_region
+from . import policy as policy_region
 from .ratelimit import BucketTable
 from .ratelimit import region_bytes as ratelimit_bytes
 from .region import SharedRegion
@@ -24,6 +27,10 @@ class SharedState:
         self.region.reserve("services", services.region_bytes(self.services))
         self.ratelimit_slots = cfg.shm.ratelimit_slots
         self.region.reserve("ratelimit", ratelimit_bytes(self.ratelimit_slots))
+        self.region.reserve("policy", policy_region.region_bytes())
+        self.region.reserve("fleet", fleet_state.region_bytes())
+        self.region.reserve("jti", jti_region.region_bytes())
+        self.region.reserve("mgmt_refusals", mgmt_refusals.region_bytes())
         self.region.reserve("ticketkeys", TicketKeyRing.REGION_BYTES)
         self.region.reserve("certreport", certreport.region_bytes(worker_slots))
         self.region.allocate()
@@ -54,6 +61,23 @@ class SharedState:
 
     def buckets(self) -> BucketTable:
         return BucketTable(self.region.view("ratelimit"), self.ratelimit_slots, self.ratelimit_lock_fd)
+
+    def policy_writer(self) -> policy_region.PolicyWriter:
+        return policy_region.PolicyWriter(self.region.view("policy"))
+
+    def policy_reader(self) -> policy_region.PolicyReader:
+        return policy_region.PolicyReader(self.region.view("policy"))
+
+    def fleet(self) -> fleet_state.FleetState:
+        return fleet_state.FleetState(self.region.view("fleet"))
+
+    def jti_tracker(self) -> jti_region.SharedJtiTracker:
+        """For the management process only (the one writer)."""
+        return jti_region.SharedJtiTracker(self.region.view("jti"))
+
+    def mgmt_refusals(self) -> mgmt_refusals.RefusalCounters:
+        """Management-API refusals by reason (written by the management process only)."""
+        return mgmt_refusals.RefusalCounters(self.region.view("mgmt_refusals"))
 
     def ticket_keys(self) -> TicketKeyRing:
         return TicketKeyRing(self.region.view("ticketkeys"), self.ticket_key_rotation_s)

@@ -1,0 +1,56 @@
+"""Runtime policy changes: validate, persist in ``tls.state_dir``, then publish to every worker via shm.
+
+Persist first, publish second: a change the workers apply is always one that survives a restart. The
+management process is the only writer while the fleet runs (the supervisor publishes once at boot).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import msgspec
+
+from .. import runtime_policy
+from ..config import Policy
+from ..shm.policy import PolicyReader, PolicyWriter
+
+
+class PolicyAdmin:
+    def __init__(self, base: Policy, state_dir: str, reader: PolicyReader, writer: PolicyWriter) -> None:
+        self.base = base
+        self.state_dir = state_dir
+        self._reader = reader
+        self._writer = writer
+        self._lock = threading.Lock()  # one change at a time, even if the app ever runs handlers in threads
+
+    def _view(self, overlay: runtime_policy.Overlay, generation: int) -> dict[str, Any]:
+        eff = runtime_policy.effective(self.base, overlay)
+        return {
+            "effective": {k: getattr(eff, k) for k in runtime_policy.RUNTIME_KEYS},
+            "overlay": msgspec.to_builtins(overlay),
+            "config": {k: getattr(self.base, k) for k in runtime_policy.RUNTIME_KEYS},
+            "generation": generation,
+        }
+
+    def get(self) -> dict[str, Any]:
+        gen, overlay = self._reader.read()
+        return self._view(overlay, gen)
+
+    def change(self, body: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the new view, the checked changes); OverlayError for a 422."""
+        changes = runtime_policy.validate_changes(body)
+        with self._lock:
+            _, overlay = self._reader.read()
+            new = runtime_policy.apply(overlay, changes)
+            runtime_policy.save(self.state_dir, new)
+            gen = self._writer.publish(new)
+        return self._view(new, gen), changes
+
+    def reset(self) -> dict[str, Any]:
+        """Back to the config file's values."""
+        with self._lock:
+            empty = runtime_policy.Overlay()
+            runtime_policy.save(self.state_dir, empty)
+            gen = self._writer.publish(empty)
+        return self._view(empty, gen)
