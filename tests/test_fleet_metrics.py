@@ -236,7 +236,7 @@ def test_canary_never_leaves_the_process(
     external_host, fleet_factory, web, redis_server, documents, access_log  # noqa: F811
 ):
     log = "[log]\naccess = true" if access_log else ""
-    fleet = metrics_fleet(fleet_factory, web, redis_server, documents.channel, workers=1, log=log)
+    fleet = metrics_fleet(fleet_factory, web, redis_server, documents.channel, workers=1, log=log, mgmt=True)
     canary = "cnry" + secrets.token_hex(12)
     body = f"secret={canary}".encode()
     raw = (
@@ -254,6 +254,9 @@ def test_canary_never_leaves_the_process(
     assert any(canary in h for h in web.requests[0]["path"].split("/"))  # it did reach the backend
     for raw_doc in documents.raw:
         assert canary.encode() not in raw_doc
+    page, got = scrape(fleet)
+    assert got[("sentin8_requests_total", (("service", "web"), ("status", "200")))] == 3
+    assert canary.encode() not in page
     fleet.stats()
     out = fleet.output()
     assert canary not in out
@@ -274,7 +277,6 @@ def test_canary_never_leaves_the_process(
 def test_prometheus_scrape_matches_the_documents_and_never_goes_down(
     external_host, fleet_factory, web, redis_server, documents  # noqa: F811
 ):
-    pytest.importorskip("sentin8.mgmt", reason="the management process (issue 10) serves /metrics")
     fleet = metrics_fleet(fleet_factory, web, redis_server, documents.channel, workers=2, mgmt=True)
     wait_until(lambda: _up(fleet), 15, what="mgmt up")
     canary = "cnry" + secrets.token_hex(12)
