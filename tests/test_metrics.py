@@ -298,3 +298,15 @@ async def _publish_once(publisher: MetricsPublisher) -> bool:
         client, publisher._client = publisher._client, None
         if client is not None:
             await client.aclose()
+
+
+def test_certificate_expiry_is_exposed_from_the_store(tmp_path) -> None:
+    from sentin8.certstore import CertStore
+
+    cfg = load_bytes(f'[tls]\ncert_dir = "{tmp_path}/certs"\nstate_dir = "{tmp_path}/state"\n'.encode())
+    state = SharedState(cfg, 2)
+    assert not [k for k in prom(state) if k[0] == "sentin8_certificate_expiry_seconds"]  # nothing to serve yet
+    CertStore(f"{tmp_path}/certs", f"{tmp_path}/state").bootstrap()  # what the first worker does
+    got = prom(state)
+    left = got[("sentin8_certificate_expiry_seconds", (("hostname", "bootstrap"), ("source", "bootstrap")))]
+    assert 23 * 3600 < left <= 24 * 3600

@@ -23,6 +23,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from .. import routing
+from ..certstore import CertStore
 from ..shm import counters as c
 from ..shm.snapshot import SnapshotCache
 from ..shm.state import SharedState
@@ -43,6 +44,8 @@ class SharedCountersCollector(Collector):
         self.reader = shared.counter_reader()
         self.names = shared.service_names()
         self.routes = SnapshotCache(shared.snapshot_reader(), routing.decode)  # decodes only when it changed
+        self.tls_dirs = shared.tls_dirs
+        self._certs: CertStore | None = None
 
     def collect(self) -> Iterator[Metric]:
         names = self.names.names()
@@ -120,6 +123,22 @@ class SharedCountersCollector(Collector):
         yield from self._snapshot()
         yield from self._publisher()
         yield self._rss()
+        yield self._certificates()
+
+    def _certificates(self) -> Metric:
+        """Seconds until each servable certificate expires (negative once expired): the store's own reading
+        (stat-revalidated, read only: this never generates a bootstrap certificate)."""
+        expiry = GaugeMetricFamily(
+            "sentin8_certificate_expiry_seconds",
+            "Seconds until the certificate's notAfter, per served certificate",
+            labels=["hostname", "source"],
+        )
+        if self._certs is None:
+            self._certs = CertStore(*self.tls_dirs)
+        now = time.time()
+        for cert in self._certs.expiry():
+            expiry.add_metric([cert.hostname, cert.source], round(cert.seconds_left(now)))
+        return expiry
 
     def _snapshot(self) -> Iterator[Metric]:
         table = self.routes.current()

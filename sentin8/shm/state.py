@@ -23,6 +23,7 @@ class SharedState:
         self.region.reserve("snapshot", snapshot.region_bytes(self.snapshot_capacity))
         self.region.reserve("suspects", SuspectTable.region_bytes(self.suspect_slots))
         self.services = cfg.shm.metrics_services
+        self.tls_dirs = (cfg.tls.cert_dir, cfg.tls.state_dir)  # the mgmt process reads certificate expiry there
         self.region.reserve("counters", counters.region_bytes(worker_slots, self.services))
         self.region.reserve("services", services.region_bytes(self.services))
         self.ratelimit_slots = cfg.shm.ratelimit_slots
