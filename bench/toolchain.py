@@ -119,10 +119,17 @@ def _build_tree(root: Path, log) -> float:
 
 def _prepare_tree(root: Path, log) -> None:
     """Packages a tree cached by an older bench lacks, hosts entries for the SNI names; idempotent."""
-    if not (root / "usr/lib/nginx/modules/ngx_stream_module.so").exists():
-        print("bench: adding libnginx-mod-stream to the cached tree", file=log, flush=True)
+    # (module file, package): packages a tree cached by an older bench lacks
+    wanted = (
+        ("usr/lib/nginx/modules/ngx_stream_module.so", "libnginx-mod-stream"),
+        # nginx beside sentin8's WAF: the same ModSecurity v3 engine (bench.waf_l7 gives it the same CRS rules)
+        ("usr/lib/nginx/modules/ngx_http_modsecurity_module.so", "libnginx-mod-http-modsecurity"),
+    )
+    missing = [pkg for path, pkg in wanted if not (root / path).exists()]
+    if missing:
+        print(f"bench: adding {' '.join(missing)} to the cached tree", file=log, flush=True)
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "libnginx-mod-stream"]):
+        for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
             subprocess.run(["chroot", str(root), *argv], check=True, stdout=log, stderr=log, env=env)
     hosts = root / "etc/hosts"
     text = hosts.read_text() if hosts.exists() else "127.0.0.1 localhost\n"

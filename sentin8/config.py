@@ -46,6 +46,8 @@ class Limits(_Section):
     handshake_timeout_s: float = 10
     header_timeout_s: float = 15
     idle_timeout_s: float = 60
+    max_connections_per_ip: int = 0  # concurrent connections per client address, all workers; 0 = no cap
+    max_inflight_per_worker: int = 2048  # L7 requests in flight per worker; above: 503 + Retry-After; 0 = no cap
 
 
 class Acme(_Section):
@@ -97,14 +99,39 @@ class Upstream(_Section):
     pool_max_idle_per_instance: int = 128  # per worker; like nginx's upstream keepalive 128 in bench/
 
 
+class WafExclusionEntry(_Section):
+    """``[[policy.waf_exclusions]]``: CRS rules switched off for one host (or ``*.domain``), for false positives."""
+
+    host: str
+    rule_ids: list[int]
+
+
 class Policy(_Section):
     waf: bool = False
+    waf_paranoia: int = 1  # CRS paranoia level 1-4
+    waf_anomaly_threshold: int = 5  # inbound anomaly score that blocks (CRS default; one critical match)
+    waf_body_max: int = 128 * 1024  # request body buffered and inspected before anything goes upstream
+    waf_oversize: Literal["reject", "inspect_prefix"] = "reject"  # a bigger body: 413, or inspect its first part
+    waf_crs_dir: str = "/usr/share/modsecurity-crs/rules"  # Debian's modsecurity-crs
+    waf_exclusions: list[WafExclusionEntry] = msgspec.field(default_factory=list)
     rate_limit: bool = False
     rate_limit_rps: float = 100
     rate_limit_burst: float = 100
-    rate_limit_key: Literal["ip", "ip+host"] = "ip"
+    rate_limit_key: Literal["ip", "ip+host", "host"] = "ip"
     max_headers: int = 100
     max_header_bytes: int = 65536
+
+
+class Breaker(_Section):
+    """Per-instance circuit breaker (rsx-gateway's Closed -> Open -> HalfOpen), shared by every worker."""
+
+    enabled: bool = True
+    failures: int = 5  # consecutive failures that open it
+    failure_ratio: float = 0.5  # or this share of failures ...
+    min_requests: int = 20  # ... over at least this many results in one window
+    window_s: float = 10
+    open_s: float = 10  # then one probe request (HalfOpen)
+    probe_timeout_s: float = 10  # a probe that never reports frees the next one after this
 
 
 class Mgmt(_Section):
@@ -129,6 +156,8 @@ class SharedMemory(_Section):
     snapshot_bytes: int = 32 * 1024 * 1024  # per buffer; there are two
     suspect_slots: int = 4096
     ratelimit_slots: int = 65536
+    conncap_slots: int = 16384  # per-client-IP connection counters (a sketch: keep well above concurrent clients)
+    breaker_slots: int = 4096
     metrics_services: int = 256  # services counted by name; beyond it they are counted under "_other"
 
 
@@ -159,6 +188,7 @@ class Config(_Section):
     tls: Tls = msgspec.field(default_factory=Tls)
     upstream: Upstream = msgspec.field(default_factory=Upstream)
     policy: Policy = msgspec.field(default_factory=Policy)
+    breaker: Breaker = msgspec.field(default_factory=Breaker)
     mgmt: Mgmt = msgspec.field(default_factory=Mgmt)
     metrics: Metrics = msgspec.field(default_factory=Metrics)
     log: Log = msgspec.field(default_factory=Log)
@@ -249,9 +279,32 @@ def _check(cfg: Config) -> None:
         raise ConfigError(f"policy.max_headers: must be within 1..10000, got {cfg.policy.max_headers}")
     if not 1024 <= cfg.policy.max_header_bytes <= 1 << 20:
         raise ConfigError(f"policy.max_header_bytes: must be within 1024..1048576, got {cfg.policy.max_header_bytes}")
+    pol = cfg.policy
+    if not 1 <= pol.waf_paranoia <= 4:
+        raise ConfigError(f"policy.waf_paranoia: must be within 1..4, got {pol.waf_paranoia}")
+    if not 1 <= pol.waf_anomaly_threshold <= 1000:
+        raise ConfigError(f"policy.waf_anomaly_threshold: must be within 1..1000, got {pol.waf_anomaly_threshold}")
+    if not 1024 <= pol.waf_body_max <= 16 << 20:
+        raise ConfigError(f"policy.waf_body_max: must be within 1024..16777216, got {pol.waf_body_max}")
+    for i, ex in enumerate(pol.waf_exclusions):
+        if not _HOSTNAME.fullmatch(ex.host.lower()):
+            raise ConfigError(f"policy.waf_exclusions[{i}].host: {ex.host!r} is not a hostname or *.wildcard")
+        if not ex.rule_ids or any(not 1 <= r <= 9_999_999 for r in ex.rule_ids):
+            raise ConfigError(f"policy.waf_exclusions[{i}].rule_ids: needs rule ids (1..9999999), got {ex.rule_ids}")
     if cfg.shm.snapshot_bytes < 4096:
         raise ConfigError(f"shm.snapshot_bytes: must be >= 4096, got {cfg.shm.snapshot_bytes}")
-    for key, least in (("suspect_slots", 64), ("ratelimit_slots", 512)):
+    if cfg.limits.max_connections_per_ip < 0 or cfg.limits.max_inflight_per_worker < 0:
+        which = "max_connections_per_ip" if cfg.limits.max_connections_per_ip < 0 else "max_inflight_per_worker"
+        raise ConfigError(f"limits.{which}: must be >= 0 (0 = no cap)")
+    br = cfg.breaker
+    if br.failures < 1 or br.min_requests < 1:
+        raise ConfigError(f"breaker.{'failures' if br.failures < 1 else 'min_requests'}: must be >= 1")
+    if not 0 < br.failure_ratio <= 1:
+        raise ConfigError(f"breaker.failure_ratio: must be within (0, 1], got {br.failure_ratio}")
+    for key in ("window_s", "open_s", "probe_timeout_s"):
+        if not getattr(br, key) > 0:
+            raise ConfigError(f"breaker.{key}: must be > 0, got {getattr(br, key)}")
+    for key, least in (("suspect_slots", 64), ("ratelimit_slots", 512), ("conncap_slots", 64), ("breaker_slots", 64)):
         n = getattr(cfg.shm, key)
         if n < least or n & (n - 1):
             raise ConfigError(f"shm.{key}: must be a power of two >= {least}, got {n}")

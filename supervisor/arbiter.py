@@ -537,6 +537,7 @@ class Arbiter:
                 reader = self.shared.counter_reader()
                 reader.zero_gauges(child.slot)
                 reader.retire(child.slot)  # its counts join the retired total: no total ever goes down
+                self.shared.connection_counts(None).zero_column(child.slot)  # its connections died with it
                 self.free_slots.append(child.slot)
                 if self.reload_waiting_slot and self.state == "running":
                     self._continue_reload()
@@ -608,6 +609,10 @@ class Arbiter:
                 check_paths(new_cfg)
             except ConfigError as exc:
                 problem = str(exc)
+        if problem is None:
+            from sentin8.waf import check_policy  # the rule set loads here: a broken one refuses the reload
+
+            problem = check_policy(new_cfg.policy)
         wanted = new_cfg.worker_count()
         if problem is None and SLOTS_PER_WORKER * wanted + 2 > self.slots:
             problem = f"fleet.workers: {wanted} needs a restart (shared memory sized for fewer)"

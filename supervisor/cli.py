@@ -19,10 +19,16 @@ def _load(path: str) -> Config:
     try:
         cfg = load_file(path)
         check_paths(cfg)
-        return cfg
     except ConfigError as exc:
         print(f"sentin8-proxy: config error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
+    from sentin8.waf import check_policy  # loads the rule set: only worth it once the file itself is valid
+
+    problem = check_policy(cfg.policy)
+    if problem is not None:
+        print(f"sentin8-proxy: config error: {problem}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG)
+    return cfg
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -161,6 +162,9 @@ class HTTPBackend:
                 self.send_response(101)
                 self.send_header("Upgrade", "websocket")
                 self.send_header("Connection", "Upgrade")
+                key = self.headers.get("Sec-WebSocket-Key", "").encode()
+                accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+                self.send_header("Sec-WebSocket-Accept", accept.decode())
                 self.end_headers()
                 self.wfile.flush()
                 while True:

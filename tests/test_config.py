@@ -44,6 +44,13 @@ def test_defaults_match_the_design():
         (b'[[instances]]\nservice = "a"\nid = "x"\nhost = "localhost"\nport = 1\n', "instances[0].host"),
         (b'[[instances]]\nservice = "a"\nid = "x"\nport = 1\n', "instances[0].host"),
         (b'[[domains]]\nhostname = "bad name"\nservice = "a"\n', "domains[0].hostname"),
+        (b"[policy]\nwaf_paranoia = 5\n", "policy.waf_paranoia"),
+        (b"[policy]\nwaf_anomaly_threshold = 0\n", "policy.waf_anomaly_threshold"),
+        (b"[policy]\nwaf_body_max = 10\n", "policy.waf_body_max"),
+        (b'[policy]\nwaf_oversize = "truncate"\n', "policy.waf_oversize"),
+        (b'[policy]\nrate_limit_key = "cookie"\n', "policy.rate_limit_key"),
+        (b'[[policy.waf_exclusions]]\nhost = "bad host"\nrule_ids = [942100]\n', "policy.waf_exclusions[0].host"),
+        (b'[[policy.waf_exclusions]]\nhost = "a.test"\nrule_ids = []\n', "policy.waf_exclusions[0].rule_ids"),
         (b"[listen\n", "<config>"),
     ],
 )
@@ -113,6 +120,29 @@ def test_a_port_held_by_another_program_is_one_clear_line_and_exit_2(tmp_path):
     holder.close()
     assert out.returncode == 2
     assert f"listen.https: cannot listen on 127.0.0.1:{port}" in out.stderr
+
+
+def test_a_waf_rule_set_that_does_not_load_exits_2_before_binding(tmp_path):
+    port = free_port()
+    rules = tmp_path / "crs"
+    rules.mkdir()
+    (rules / "REQUEST-942-BROKEN.conf").write_text('SecRule ARGS "@rx x" "id:1,phase:2,nosuchaction"\n')
+    path = tmp_path / "waf.toml"
+    path.write_text(
+        f'[listen]\nhttps = "127.0.0.1:{port}"\nhttp = ""\nmgmt = ""\n[tls]\nstate_dir = "{tmp_path}"\n'
+        f'[policy]\nwaf = true\nwaf_crs_dir = "{rules}"\n'
+    )
+    for command in (["run", "--config", str(path)], ["check-config", str(path)]):
+        out = subprocess.run(
+            [sys.executable, "-m", "supervisor.cli", *command], cwd=REPO, capture_output=True, text=True, timeout=30
+        )
+        assert out.returncode == 2
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and "policy.waf: REQUEST-942-BROKEN.conf:" in lines[0], out.stderr
+    import socket
+
+    with socket.socket() as s:  # nothing bound the port
+        s.bind(("127.0.0.1", port))
 
 
 def test_a_taken_internal_l4_port_is_reported_like_listen_https(tmp_path):

@@ -17,9 +17,11 @@ from sentin8.http.framing import (
     RequestHead,
     error_response,
     request_head,
+    request_line_is_http,
     response_head,
     split_host,
     validate_request,
+    websocket_accept,
 )
 
 
@@ -75,6 +77,7 @@ def parse(raw: bytes, max_headers: int = 100, max_bytes: int = 65536) -> Request
 
 
 H = b"Host: shop.example.com\r\n"
+WS_KEY = b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
 
 # Shapes llhttp (strict mode, as httptools runs it) already rejects.
 REJECTED_BY_HTTPTOOLS = {
@@ -228,11 +231,13 @@ def test_options_asterisk():
 
 
 def test_websocket_and_other_upgrades():
-    ws = parse(b"GET /ws HTTP/1.1\r\n" + H + b"Connection: keep-alive, Upgrade\r\nUpgrade: WebSocket\r\n\r\n")
-    assert ws.websocket
+    ws = parse(
+        b"GET /ws HTTP/1.1\r\n" + H + b"Connection: keep-alive, Upgrade\r\nUpgrade: WebSocket\r\n" + WS_KEY + b"\r\n"
+    )
+    assert ws.websocket and ws.websocket_key == b"dGhlIHNhbXBsZSBub25jZQ=="
     h2c = parse(b"GET / HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
     assert not h2c.websocket  # served as a plain request; hygiene drops the Upgrade
-    post_ws = parse(b"POST / HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+    post_ws = parse(b"POST / HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: websocket\r\n" + WS_KEY + b"\r\n")
     assert not post_ws.websocket
     no_conn = parse(b"GET / HTTP/1.1\r\n" + H + b"Upgrade: websocket\r\n\r\n")
     assert not no_conn.websocket
@@ -290,3 +295,70 @@ def test_response_head_serialization():
     raw = response_head(200, b"OK", [(b"A", b"1")], [(b"Connection", b"close")])
     assert raw == b"HTTP/1.1 200 OK\r\nA: 1\r\nConnection: close\r\n\r\n"
     assert response_head(421, b"", []) == b"HTTP/1.1 421 Misdirected Request\r\n\r\n"
+
+
+# --- the front door: WebSocket handshakes and request-line protocols (issue 12) -----------------------------
+
+WS = b"GET /ws HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: websocket\r\n"
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        b"",
+        b"Sec-WebSocket-Key: k\r\n",
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ\r\n",  # padding missing
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZXg=\r\n",  # 17 bytes
+        b"Sec-WebSocket-Key: \r\n",
+        WS_KEY + WS_KEY,
+    ],
+    ids=["missing", "short", "unpadded", "17-bytes", "empty", "twice"],
+)
+def test_websocket_upgrade_needs_one_valid_key(keys):
+    with pytest.raises(HeadError) as err:
+        parse(WS + keys + b"\r\n")
+    assert err.value.status == 400
+
+
+def test_websocket_accept_matches_rfc6455_example():
+    assert websocket_accept(b"dGhlIHNhbXBsZSBub25jZQ==") == b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+
+
+@pytest.mark.parametrize("line", [b"GET / RTSP/1.0", b"DESCRIBE / RTSP/1.0", b"SOURCE / ICE/1.0"])
+def test_llhttp_takes_rtsp_and_ice_as_version_1_0(line):
+    """Why request_line_is_http exists: the parser alone cannot tell these from HTTP/1.0."""
+    c = _Collector(None)
+    p = httptools.HttpRequestParser(c)
+    c.parser = p
+    p.feed_data(line + b"\r\n" + H + b"\r\n")
+    assert c.facts["version"] == "1.0"
+
+
+@pytest.mark.parametrize(
+    "raw, method, url",
+    [
+        (b"GET / RTSP/1.0\r\n" + H + b"\r\n", b"GET", b"/"),
+        (b"DESCRIBE / RTSP/1.0\r\n" + H + b"\r\n", b"DESCRIBE", b"/"),
+        (b"SOURCE / ICE/1.0\r\n" + H + b"\r\n", b"SOURCE", b"/"),
+        (b"\r\nGET /a RTSP/1.0\r\n" + H + b"\r\n", b"GET", b"/a"),
+        (b"0\r\n\r\nGET /a RTSP/1.0\r\n" + H + b"\r\n", b"GET", b"/a"),  # after a chunked body's end
+        # the same line pipelined with both protocols: refused (a client mixing them gets no forward)
+        (b"GET /a HTTP/1.1\r\n" + H + b"\r\n" + b"GET /a RTSP/1.0\r\n" + H + b"\r\n", b"GET", b"/a"),
+    ],
+)
+def test_rtsp_and_ice_request_lines_are_not_http(raw, method, url):
+    assert not request_line_is_http(raw, method, url)
+
+
+@pytest.mark.parametrize(
+    "raw, method, url",
+    [
+        (b"GET / HTTP/1.1\r\n" + H + b"\r\n", b"GET", b"/"),
+        (b"GET / HTTP/1.0\r\n\r\n", b"GET", b"/"),
+        (b"GET / HTTP/1.1\r\n" + H + b"X-Note: GET / RTSP/1.0\r\n\r\n", b"GET", b"/"),  # a value, not a line
+        (b"GET /RTSP/ICE/ HTTP/1.1\r\n" + H + b"\r\n", b"GET", b"/RTSP/ICE/"),
+        (b"GET / HTTP/1.1\r\n" + H + b"\r\nGET /b RTSP/1.0\r\n\r\n", b"GET", b"/"),  # its own 400 later
+    ],
+)
+def test_http_request_lines_pass(raw, method, url):
+    assert request_line_is_http(raw, method, url)

@@ -143,6 +143,14 @@ def test_correlation_id_kept_when_valid(value):
     assert as_dict(out)[b"x-correlation-id"] == [value]  # the client's own header passes untouched
 
 
+@pytest.mark.parametrize("value", [b"abc-123 ", b"abc-123\t", b" abc-123", b"\tabc-123  \t"])
+def test_correlation_id_whitespace_is_trimmed_not_replaced(value):
+    """OWS around a field value is not part of it (RFC 9110 §5.5): a valid id with a trailing space is kept."""
+    assert correlation_id(value) == b"abc-123"
+    out, corr = fwd([(b"X-Correlation-Id", value)])
+    assert corr == b"abc-123" and as_dict(out)[b"x-sentin8-correlation-id"] == [b"abc-123"]
+
+
 @pytest.mark.parametrize(
     "value",
     [
@@ -153,7 +161,7 @@ def test_correlation_id_kept_when_valid(value):
         b"slash/",
         b"semi;colon",
         b'quote"',
-        b"tab\t",
+        b"tab\tinside",
         b"caf\xc3\xa9",
         b"a\x00b",
         b"new\nline",

@@ -28,23 +28,31 @@ import httptools
 
 from sentin8.config import Config
 from sentin8.http.framing import (
+    REASONS,
     HeaderBudget,
     HeadError,
     RequestHead,
     error_response,
+    local_response,
     request_head,
+    request_line_is_http,
     response_head,
     validate_request,
+    websocket_accept,
 )
 from sentin8.http.headers import Header, forward_headers, passthrough_headers, response_headers
+from sentin8.policy import Verdict
 from sentin8.routing import Instance, Route
+from sentin8.waf import WafEngine, WafRequest, WafVerdict
 from workers.upstream import UpstreamConn, UpstreamPool
+from workers.waf_gate import WafGate
 
 log = logging.getLogger("sentin8.l7")
 
 ACME_PREFIX = b"/.well-known/acme-challenge/"
 CLIENT_WRITE_HIGH_WATER = 64 * 1024
 BODY_BUFFER_LIMIT = 64 * 1024  # request body held while the upstream connects; reading pauses above it
+LOCAL_DRAIN_MAX = 64 * 1024  # a refused request's body read and dropped to keep the connection; above it, close
 CHUNK = 16 * 1024  # response pieces written to the client (one TLS record each)
 IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
 _STATUS_CLASS = {1: "status_1xx", 2: "status_2xx", 3: "status_3xx", 4: "status_4xx", 5: "status_5xx"}
@@ -99,8 +107,11 @@ class L7Context(Protocol):
     def upstream(self, sidx: int, name: str) -> None: ...  # upstream_warm | upstream_cold | upstream_stale_retry
     def request_done(self, ex: _Exchange, seconds: float) -> None: ...  # answered: status, timing, access log
     def inflight(self, delta: int) -> None: ...
-    def policy(self, request: RequestInfo) -> int | None: ...  # a status (429, 403) to refuse, or None
+    def policy(self, request: RequestInfo) -> Verdict | int | None: ...  # a refusal (429, 403...), or None
     def upstream_tls(self, instance: Instance) -> object | None: ...  # SSLContext or wrap(inner) -> Protocol
+    def waf_gate(self) -> WafGate | None: ...  # where inspections run; None: no WAF in this context
+    def upstream_result(self, instance_id: str, ok: bool) -> None: ...  # for the instance's circuit breaker
+    def overloaded(self) -> bool: ...  # over the worker's in-flight request cap
 
 
 class _Stop(Exception):
@@ -117,6 +128,7 @@ class _Request:
         "exchange",
         "head",
         "headers",
+        "line_raw",
         "reject",
         "t0",
         "trailer_bytes",
@@ -127,6 +139,7 @@ class _Request:
     def __init__(self, budget: HeaderBudget) -> None:
         self.url = b""
         self.headers: list[Header] = []
+        self.line_raw: list[bytes] = []  # bytes read while the head was incomplete: its request line is in them
         self.budget = budget
         self.head: RequestHead | None = None
         self.reject = 0  # a status to answer instead of forwarding
@@ -145,6 +158,7 @@ class L7Bridge(asyncio.Protocol):
 
     acme_only = False  # the :80 listener (PlainHTTPListener)
     external = True  # the client's side (network.internal_cidrs); :443 bridges only ever serve external clients
+    refuse_status = 0  # answer every request with this status and close (over the per-client connection cap)
     track_buffers = False  # tests: record the most bytes held in buffers at once in ``max_buffered``
 
     def __init__(
@@ -186,6 +200,9 @@ class L7Bridge(asyncio.Protocol):
         self._completed_in_feed = False
         self._client_ip = ""
         self._sni: str | None = None
+        self._tls = False  # the transport is the TLS layer: SNI is the routing key and must be present
+        self._hold_limit = BODY_BUFFER_LIMIT  # body bytes held before reading pauses (more with the WAF on)
+        self._feeding = b""  # the chunk being fed to the parser (a new request's line starts in it)
         self._client_cert: bytes | bool | None = False  # False = not looked up yet
         self.max_buffered = 0
 
@@ -202,6 +219,7 @@ class L7Bridge(asyncio.Protocol):
         if isinstance(sni, bytes):
             sni = sni.decode("ascii", "replace")
         self._sni = sni.lower().rstrip(".") if sni else None
+        self._tls = transport.get_extra_info("tls_version") is not None
         # The first head must arrive within the header deadline too (a silent connection is a slowloris).
         self._arm(_T_HEADER, self._header_timeout)
         if self._draining:  # the handshake finished in a draining worker: answer, with Connection: close
@@ -225,9 +243,12 @@ class L7Bridge(asyncio.Protocol):
             self._arm(_T_HEADER, self._header_timeout)  # the first byte of a new head
         req = self._req
         in_head = req is not None and req.head is None
+        if in_head:
+            req.line_raw.append(data)  # type: ignore[union-attr]
         self._progress = False
         self._completed_in_feed = False
         while True:
+            self._feeding = data
             try:
                 self._parser.feed_data(data)
             except httptools.HttpParserUpgrade as exc:
@@ -325,7 +346,8 @@ class L7Bridge(asyncio.Protocol):
     def on_message_begin(self) -> None:
         if self._closing or self._paused & _P_STOPPED:
             raise _Stop
-        self._req = _Request(HeaderBudget(self._max_headers, self._max_header_bytes))
+        req = self._req = _Request(HeaderBudget(self._max_headers, self._max_header_bytes))
+        req.line_raw.append(self._feeding)
         self._head_raw = 0
 
     def on_url(self, url: bytes) -> None:
@@ -360,11 +382,16 @@ class L7Bridge(asyncio.Protocol):
             raise _Stop
         self._progress = True
         p = self._parser
+        raw, req.line_raw = req.line_raw, []
+        version = p.get_http_version()
+        if not request_line_is_http(raw[0] if len(raw) == 1 else b"".join(raw), p.get_method(), req.url):
+            self._reject(400)  # RTSP/1.x or ICE/1.0: llhttp reports them as HTTP versions, but they are not HTTP
+            raise _Stop
         try:
             req.head = validate_request(
                 p.get_method(),
                 req.url,
-                p.get_http_version(),
+                version,
                 req.headers,
                 keep_alive=p.should_keep_alive(),
                 upgrade=p.should_upgrade(),
@@ -508,7 +535,7 @@ class L7Bridge(asyncio.Protocol):
     def _hold_body(self, req: _Request, body: bytes) -> None:
         req.body.append(body)
         req.buffered += len(body)
-        if req.buffered > BODY_BUFFER_LIMIT:
+        if req.buffered > self._hold_limit:
             self._pause(_P_BUFFER)
         if self.track_buffers:
             self._track(req.buffered)
@@ -655,6 +682,13 @@ class PlainHTTPListener(L7Bridge):
         super().__init__(ctx, loop, client_addr, scheme)
 
 
+def _expects_continue(headers: list[Header]) -> bool:
+    for name, value in headers:
+        if len(name) == 6 and name.lower() == b"expect" and value.strip(b" \t").lower() == b"100-continue":
+            return True
+    return False
+
+
 class _Exchange:
     """One request and its response: routing, the upstream connection, both body directions, a tunnel."""
 
@@ -664,18 +698,21 @@ class _Exchange:
         "_out",
         "_resp_timer",
         "_task",
+        "_waf",
         "body_written",
         "bridge",
         "chunked_out",
         "close_client",
         "close_delimited",
         "conn",
+        "continue_sent",
         "corr",
         "done",
         "head_bytes",
         "head_only",
         "instance",
         "interim",
+        "local_pending",
         "req",
         "resp_body_bytes",
         "resp_budget",
@@ -694,6 +731,7 @@ class _Exchange:
         "status",
         "tunnel",
         "upgrading",
+        "waf_waiting",
         "warm",
     )
 
@@ -719,6 +757,10 @@ class _Exchange:
         self.tunnel = False
         self.upgrading = False
         self.close_client = False
+        self.local_pending = False  # answered locally; the rest of the request body is read and dropped
+        self.waf_waiting = False  # the WAF waits for the body (held in req.body) before inspecting
+        self.continue_sent = False  # we answered Expect: 100-continue ourselves
+        self._waf: tuple[WafGate, WafEngine, str, bytes] | None = None  # an inspection to come or running
         self.resp_parser: httptools.HttpResponseParser | None = None
         self._out: list[bytes] | None = None  # response bytes batched during one upstream read
         self._resp_timer: asyncio.TimerHandle | None = None
@@ -746,11 +788,28 @@ class _Exchange:
         head = self.req.head
         assert head is not None
         self.head_only = head.method == b"HEAD"
+        if b.refuse_status:
+            self.respond_error(b.refuse_status)
+            return
+        if ctx.overloaded():
+            # fail fast instead of queueing (rsx-gateway): the client may retry in a second, on this connection
+            ctx.count("refused_inflight")
+            self.respond_local(503, [(b"Retry-After", b"1")], keep_alive=True)
+            return
         is_acme = head.path.startswith(ACME_PREFIX)
         if b.acme_only and not is_acme:
             self.respond_error(404)
             return
+        if b._tls and b._sni is None:
+            # SNI is the routing key (DESIGN §3.4): a TLS client that sent none got the bootstrap certificate
+            # so that it can read this answer; it is never routed by Host alone.
+            ctx.count("no_sni")
+            self.respond_error(421)
+            return
         host = head.host or (b._sni or "")
+        if not host:
+            self.respond_error(400)  # HTTP/1.0 without Host and no SNI to stand in for it: nothing to route by
+            return
         if b._sni is not None and head.host and head.host != b._sni:
             self.respond_error(421)  # a connection is bound to the name it was opened for
             return
@@ -772,9 +831,12 @@ class _Exchange:
             )
             if verdict is not None:
                 ctx.count("policy_blocked")
-                self.respond_error(verdict)
+                if isinstance(verdict, int):
+                    self.respond_error(verdict)
+                else:
+                    self.respond_local(verdict.status, verdict.headers, keep_alive=verdict.keep_alive)
                 return
-            headers, self.corr = forward_headers(
+            headers, corr = forward_headers(
                 head.headers,
                 route,
                 client_ip=b._client_ip,
@@ -784,13 +846,27 @@ class _Exchange:
                 websocket=head.websocket,
                 client_cert=b._client_cert_der(),
             )
+            self.corr = corr
         if head.chunked:
             framing: Header | None = (b"Transfer-Encoding", b"chunked")
         elif head.content_length is not None:
             framing = (b"Content-Length", b"%d" % head.content_length)
         else:
             framing = None
+        if not head.authority:
+            headers.append((b"Host", host.encode()))  # HTTP/1.0 without Host: upstream is 1.1, Host is the SNI
         self.head_bytes = request_head(head.method, head.target, headers, framing=framing)
+        if not is_acme:  # ACME challenges always pass (DESIGN §3)
+            gate = ctx.waf_gate()
+            if gate is not None and gate.enabled():
+                gate.when_ready(lambda engine: self._waf_engine_ready(gate, engine, host, corr))
+                return
+        self._forward()
+
+    def _forward(self) -> None:
+        """Pick the backend and send the request: a pooled connection now, or a connect task."""
+        b = self.bridge
+        ctx = b.ctx
         self._candidates = ctx.candidates(self.service)
         if not self._candidates:
             ctx.count("upstream_unavailable")
@@ -802,6 +878,92 @@ class _Exchange:
             self._attach(conn, self._candidates[0], warm=True)
         else:
             self._task = b.loop.create_task(self._connect(fresh=False))
+
+    # -- the WAF: the body is buffered (up to waf_body_max) and inspected before anything goes upstream ------
+    def _waf_engine_ready(
+        self, gate: WafGate, engine: WafEngine | BaseException | None, host: str, corr: bytes
+    ) -> None:
+        if self.done:
+            return  # the client went away while the rules loaded
+        if isinstance(engine, BaseException):
+            log.error("WAF rule set failed to load: failing closed", exc_info=engine)
+            self.bridge.ctx.count("waf_errors")
+            self.respond_error(503)
+        elif engine is None:
+            self._forward()  # turned off meanwhile
+        else:
+            self._waf_begin(gate, engine, host, corr)
+
+    def _waf_begin(self, gate: WafGate, engine: WafEngine, host: str, corr: bytes) -> None:
+        head = self.req.head
+        assert head is not None
+        s = engine.settings
+        if head.content_length is not None and head.content_length > s.body_max and not s.partial_bodies:
+            self.bridge.ctx.count("waf_body_too_large")
+            self.respond_error(413)  # refused before a byte of it is read
+            return
+        self._waf = (gate, engine, host, corr)
+        b = self.bridge
+        b._hold_limit = max(BODY_BUFFER_LIMIT, s.body_max)
+        if b._paused & _P_BUFFER and self.req.buffered <= b._hold_limit:
+            b._unpause(_P_BUFFER)  # held at the default limit while the rules loaded: room for more now
+        self.waf_waiting = True
+        req = self.req
+        if not req.complete and head.has_body and head.version == "1.1" and _expects_continue(head.headers):
+            # The WAF needs the body before anything goes upstream, so the backend cannot say 100 Continue:
+            # we do, or the client would wait for it (curl: 1 s) before sending the body we wait for.
+            self.continue_sent = True
+            self.bridge._write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self._waf_body_progress()
+
+    def _waf_body_progress(self) -> None:
+        """Inspect once the body is complete, or as soon as it is known to be longer than the limit."""
+        req = self.req
+        if self.waf_waiting and (req.complete or req.buffered > self._waf[1].settings.body_max):  # type: ignore[index]
+            self._waf_run()
+
+    def _waf_run(self) -> None:
+        self.waf_waiting = False
+        b = self.bridge
+        gate, engine, host, _corr = self._waf  # type: ignore[misc]
+        req = self.req
+        head = req.head
+        assert head is not None
+        s = engine.settings
+        body = (req.body[0] if len(req.body) == 1 else b"".join(req.body)) if req.body else b""
+        truncated = not req.complete or len(body) > s.body_max
+        if truncated:
+            if not s.partial_bodies:
+                b.ctx.count("waf_body_too_large")
+                self.respond_error(413)
+                return
+            body = body[: s.body_max]
+        wreq = WafRequest(
+            head.method, head.target, head.version, head.headers, host, b._client_ip, body=body, truncated=truncated
+        )
+        gate.inspect(engine, wreq, len(head.target) + req.budget.size + len(body), self._waf_done)
+
+    def _waf_done(self, result: WafVerdict | BaseException) -> None:
+        if self.done or self._waf is None:
+            return  # the client went away meanwhile
+        b = self.bridge
+        ctx = b.ctx
+        gate, _engine, _host, corr = self._waf
+        self._waf = None
+        if isinstance(result, BaseException):
+            log.error("WAF inspection failed: failing closed", exc_info=result)
+            ctx.count("waf_errors")
+            self.respond_error(503)
+            return
+        gate.report(result, self.service, corr)
+        if result.blocked:
+            ctx.count("policy_waf")
+            ctx.count("policy_blocked")
+            status = 400 if result.status == 400 else 403  # 400: a body that claims a format and does not parse
+            body = b"%d %s\nrequest id: %s\n" % (status, REASONS[status], corr)
+            self.respond_local(status, [(b"X-Correlation-Id", corr)], keep_alive=False, body=body)
+            return
+        self._forward()
 
     async def _connect(self, fresh: bool) -> None:
         """Try the candidates from the current one on; connect failures mark suspects. Ends in a 502."""
@@ -898,16 +1060,25 @@ class _Exchange:
 
     # -- request body (client -> upstream) -------------------------------------------------------------
     def client_body(self, data: bytes) -> None:
-        if self.done:
+        if self.done or self.local_pending:
             return  # answered already (an early response or an error): the rest is dropped
         if self.conn is None:
             self.bridge._hold_body(self.req, data)
+            if self.waf_waiting:
+                self._waf_body_progress()
             return
         self._write_body(data)
         if self.bridge.track_buffers:
             self.bridge._track(0)
 
     def client_body_end(self) -> None:
+        if self.waf_waiting:
+            self._waf_run()
+            return
+        if self.local_pending:
+            self.local_pending = False
+            self._finish(reuse=False, close_client=False)  # the body is read: the next request may follow
+            return
         if not self.done and self.conn is not None:
             self._write_body_end()
             self._await_response()
@@ -1044,9 +1215,16 @@ class _Exchange:
             if status == 101:
                 if not req_head.websocket:
                     raise _Stop  # a 101 nobody asked for: a broken backend
+                if not self._accept_matches(req_head.websocket_key):
+                    # No proof the backend speaks WebSocket (RFC 6455 §4.2.2): opening the tunnel anyway is how
+                    # a client smuggles raw HTTP past the proxy's framing (WebSocket smuggling). 502.
+                    b.ctx.count("websocket_bad_accept")
+                    raise _Stop
                 self.upgrading = True
                 return
             self.interim = True
+            if status == 100 and self.continue_sent:
+                return  # the client has had its 100 Continue from us (the WAF asked for the body)
             if req_head.version == "1.1":
                 self._emit(response_head(status, self.resp_reason, response_headers(self.resp_headers)))
             return
@@ -1087,6 +1265,10 @@ class _Exchange:
         if self.head_only:
             self.resp_complete = True
             raise _Stop  # httptools cannot be told a HEAD response has no body
+
+    def _accept_matches(self, key: bytes) -> bool:
+        accepts = [v for n, v in self.resp_headers if len(n) == 20 and n.lower() == b"sec-websocket-accept"]
+        return len(accepts) == 1 and accepts[0].strip(b" \t") == websocket_accept(key)
 
     def on_body(self, body: bytes) -> None:
         self.resp_body_bytes += len(body)
@@ -1196,6 +1378,38 @@ class _Exchange:
                 b._write(error_response(status, head_only=self.head_only))
         self._finish(reuse=False, close_client=True)
 
+    def respond_local(self, status: int, headers: list[Header], *, keep_alive: bool, body: bytes | None = None) -> None:
+        """Answer ``status`` ourselves; keep the connection when asked to and the client allows it.
+
+        A body still to come is read and dropped first (``local_pending``), up to ``LOCAL_DRAIN_MAX`` bytes
+        declared; a bigger or chunked body is not worth reading: the connection closes after the answer.
+        """
+        if self.done:
+            return
+        b = self.bridge
+        req = self.req
+        head = req.head
+        assert head is not None
+        keep = (
+            keep_alive
+            and head.keep_alive
+            and head.version == "1.1"
+            and not head.websocket
+            and not b._draining
+            and (req.complete or (not head.chunked and (head.content_length or 0) <= LOCAL_DRAIN_MAX))
+        )
+        self.status = status
+        b.ctx.count(f"http_{status}")
+        if not b._closing:
+            b._write(local_response(status, headers, close=not keep, head_only=self.head_only, body=body))
+        self.resp_head_sent = True
+        if not keep:
+            self._finish(reuse=False, close_client=True)
+        elif req.complete:
+            self._finish(reuse=False, close_client=False)
+        else:
+            self.local_pending = True
+
     def client_gone(self) -> None:
         """The client connection closed under us."""
         if self.done:
@@ -1228,6 +1442,9 @@ class _Exchange:
             else:
                 conn.close()
         status = self.status
+        if self.instance is not None and status:
+            # the backend's own 502/503/504 and the ones we answered for it (broken response, timeout)
+            b.ctx.upstream_result(self.instance.id, status not in (502, 503, 504))
         if status and status != 101:  # counted and timed at the switch
             b.ctx.count(_STATUS_CLASS.get(status // 100, "status_other"))
             b.ctx.request_done(self, b.loop.time() - self.req.t0)

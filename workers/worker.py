@@ -12,13 +12,15 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from typing import TypeVar
 
 import setproctitle
 import uvloop
 from OpenSSL import SSL
 
-from sentin8 import lifecycle, routing, session_tickets, tls
+from sentin8 import breaker, lifecycle, routing, session_tickets, tls
+from sentin8.breaker import BreakerRules
 from sentin8.certstore import CertStore, ServerCert, store_dirname
 from sentin8.config import Config
 from sentin8.eventlog import event
@@ -61,6 +63,11 @@ class Worker:
         self.counters.claim(index)
         self.routes = SnapshotCache(shared.snapshot_reader(), _decode_paused_gc)
         self.selector = Selector(shared.suspects(), cfg.sources.health_fresh_s, cfg.sources.suspect_ttl_s)
+        br = cfg.breaker
+        self.breakers = shared.breakers(
+            BreakerRules(br.failures, br.failure_ratio, br.min_requests, br.window_s, br.open_s, br.probe_timeout_s)
+        )
+        self.conncap = shared.connection_counts(slot)
         self.classifier = Classifier(cfg.network.internal_cidrs)
         self.pipes = PipePool()
         self.policy = EdgePolicy(cfg.policy, shared.buckets())
@@ -96,6 +103,7 @@ class Worker:
         self.stopped = self.loop.create_future()
         self.l7 = WorkerL7Context(self, self.loop, self.policy)
         self.certs.bootstrap()  # first boot generates it (once, under a file lock), not the first handshake
+        self.policy.waf_engine()  # the rule set loads now (~0.1 s), not on the first request
         https = bind_reuseport(
             self.cfg.listen.https, "listen.https", defer_accept_s=max(1, int(self.cfg.limits.peek_timeout_s))
         )
@@ -122,6 +130,7 @@ class Worker:
         code = await self.stopped
         self.pipes.close()
         self.l7.pool.close()
+        self.l7.gate.close()
         return code
 
     def _close_listeners(self) -> None:
@@ -209,12 +218,20 @@ class Worker:
         connection is SNI-routed and piped raw, never decrypted, whatever its source; a source outside
         network.internal_cidrs is refused before a byte is read unless internal_l4_any_source allows it."""
         handed_off = False
+        release: Callable[[], None] | None = None
+        over_cap = False
         try:
             internal = self.classifier.is_internal(addr[0])
             if guaranteed_l4 and not internal and not self.cfg.network.internal_l4_any_source:
                 self.counters.inc("internal_l4_refused")
                 return
             limits = self.cfg.limits
+            if limits.max_connections_per_ip:
+                ip = addr[0]
+                if self.conncap.acquire(ip, limits.max_connections_per_ip):
+                    release = lambda: self.conncap.release(ip)  # noqa: E731 - once, when the connection ends
+                else:
+                    over_cap = True
             try:
                 hello = await peek_client_hello(self.loop, conn, limits.peek_max_bytes, limits.peek_timeout_s)
             except PeekFailed as exc:
@@ -222,14 +239,25 @@ class Worker:
                 return
             self.counters.traffic(not internal)
             if guaranteed_l4:
+                if over_cap:
+                    self.counters.inc("refused_conn_cap_l4")
+                    self.counters.policy_block("conn_cap")
+                    return
                 self.counters.inc("connections_internal_l4")
-                handed_off = await self._serve_l4(conn, hello.sni)
+                handed_off = await self._serve_l4(conn, hello.sni, release)
                 return
             if not internal:
-                handed_off = await self.serve_external(conn, addr)
+                if over_cap:
+                    self.counters.inc("refused_conn_cap_l7")  # answered 503 + close once it speaks HTTP
+                    self.counters.policy_block("conn_cap")
+                handed_off = await self.serve_external(conn, addr, release, over_cap)
+                return
+            if over_cap:
+                self.counters.inc("refused_conn_cap_l4")
+                self.counters.policy_block("conn_cap")
                 return
             self.counters.inc("connections_l4")
-            handed_off = await self._serve_l4(conn, hello.sni)
+            handed_off = await self._serve_l4(conn, hello.sni, release)
         except Exception as exc:  # a bug must cost one connection, never the worker
             # the type and where it was raised, not its text: an exception message may quote client bytes
             tb = exc.__traceback__
@@ -241,20 +269,36 @@ class Worker:
             if not handed_off:
                 conn.close()
                 self._hold(-1)
+                if release is not None:
+                    release()
 
-    async def serve_external(self, conn: socket.socket, addr: tuple) -> bool:
+    async def serve_external(
+        self,
+        conn: socket.socket,
+        addr: tuple,
+        release: Callable[[], None] | None = None,
+        over_cap: bool = False,
+    ) -> bool:
         """External: terminate PQ TLS (certificate per SNI, bootstrap when none) and bridge at L7. The peeked
         ClientHello is still in the socket, so the TLS layer reads it as if nothing happened. Returns True once
         the transport owns the socket; its ``connection_lost`` releases the hold."""
         self.counters.inc("connections_l7")
+
+        def bridge() -> L7Bridge:
+            made = self._new_bridge(L7Bridge, addr, "https")
+            if over_cap:
+                made.refuse_status = 503  # over the per-client connection cap: every request gets 503 + close
+            return made
+
         layer = _TrackedTLS(
             self,
             self.sni.front,
-            lambda: self._new_bridge(L7Bridge, addr, "https"),
+            bridge,
             handshake_timeout=self.cfg.limits.handshake_timeout_s,
             on_handshake_error=self._handshake_error,
             on_handshake_done=self._handshake_done,
         )
+        layer.on_closed = release
         await self.loop.connect_accepted_socket(lambda: layer, sock=conn)
         return True
 
@@ -311,7 +355,7 @@ class Worker:
         event("ticket_keys_per_worker", "warning", reason="the bundled OpenSSL's ticket-key hook is unreachable")
         return None
 
-    async def _serve_l4(self, conn: socket.socket, sni: str | None) -> bool:
+    async def _serve_l4(self, conn: socket.socket, sni: str | None, release: Callable[[], None] | None = None) -> bool:
         if sni is None:
             self.counters.inc("no_sni")
             return False
@@ -325,7 +369,15 @@ class Worker:
         if backend is None:
             return False
         self.counters.add_gauge("l4_active", 1)
-        SplicePipe(self.loop, conn, backend, self.pipes, self._pipe_closed).start()
+        if release is None:
+            SplicePipe(self.loop, conn, backend, self.pipes, self._pipe_closed).start()
+        else:
+
+            def closed(pipe: SplicePipe) -> None:
+                self._pipe_closed(pipe)
+                release()
+
+            SplicePipe(self.loop, conn, backend, self.pipes, closed).start()
         return True
 
     def _pipe_closed(self, pipe: SplicePipe) -> None:
@@ -344,7 +396,26 @@ class Worker:
         order, all_suspect = self.selector.order(service, table.instances(service), now, table.health_clock(now))
         if all_suspect:
             self.counters.inc("all_suspect_fallback")
+        if order and self.cfg.breaker.enabled:
+            allowed = [inst for inst in order if self.breakers.allow(inst.id)]
+            if len(allowed) != len(order):
+                self.counters.inc("breaker_skipped", len(order) - len(allowed))
+                if not allowed:
+                    self.counters.inc("refused_breaker_open")  # fail fast: every instance's breaker is open
+                order = allowed
         return order
+
+    def upstream_result(self, instance_id: str, ok: bool) -> None:
+        """One result from an instance, for its circuit breaker (L4 connects, L7 responses and connects)."""
+        if not self.cfg.breaker.enabled:
+            return
+        change = self.breakers.record(instance_id, ok)
+        if change == breaker.OPEN:
+            self.counters.inc("breaker_opened")
+            event("breaker_open", "warning", instance=instance_id, open_s=self.cfg.breaker.open_s)
+        elif change == breaker.CLOSED:
+            self.counters.inc("breaker_closed")
+            event("breaker_closed", instance=instance_id)
 
     async def connect_backend(self, service: str, table: RoutingTable) -> socket.socket | None:
         """Connect to the first candidate that answers; each failure marks a suspect for every worker."""
@@ -362,11 +433,13 @@ class Worker:
                 sock.close()
                 self.counters.inc("backend_connect_errors")
                 self.selector.mark_suspect(inst.id, time.time())
+                self.upstream_result(inst.id, False)
                 continue
             except BaseException:
                 sock.close()
                 raise
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.upstream_result(inst.id, True)
             return sock
         return None
 
@@ -406,6 +479,7 @@ class _TrackedTLS(TLSServerProtocol):
     def __init__(self, worker: Worker, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._worker = worker
+        self.on_closed: Callable[[], None] | None = None  # the per-client connection cap's release
 
     def connection_lost(self, exc: Exception | None) -> None:
         app = self._app
@@ -415,6 +489,9 @@ class _TrackedTLS(TLSServerProtocol):
             if app is not None:
                 self._worker.bridges.discard(app)
             self._worker._hold(-1)
+            on_closed, self.on_closed = self.on_closed, None
+            if on_closed is not None:
+                on_closed()
 
 
 class _TrackedHTTP(PlainHTTPListener):

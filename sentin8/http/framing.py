@@ -6,12 +6,16 @@ values, invalid header-name characters, a Transfer-Encoding whose last coding is
 ``tests/test_http_framing.py`` pins each of those with raw bytes. What it lets through, and this module
 rejects: a Transfer-Encoding that is not exactly ``chunked`` (``gzip, chunked``, ``,chunked``, two headers),
 Transfer-Encoding on HTTP/1.0, versions other than 1.0/1.1, a missing or repeated Host on HTTP/1.1, an
-invalid Host, an absolute-form target whose authority disagrees with Host, CONNECT, and upgrades with a body.
-The caps (header count and bytes, 431) are counted as the parser reports each header line.
+invalid Host, an absolute-form target whose authority disagrees with Host, CONNECT, upgrades with a body,
+WebSocket upgrades without a valid ``Sec-WebSocket-Key``, and (``request_line_is_http``) RTSP/ICE request
+lines, which llhttp reports as version 1.0. The caps (header count and bytes, 431) are counted as the parser
+reports each header line.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from collections.abc import Iterable
 
@@ -65,6 +69,7 @@ class RequestHead:
         "target",
         "version",
         "websocket",
+        "websocket_key",
     )
 
     def __init__(
@@ -79,6 +84,7 @@ class RequestHead:
         chunked: bool,
         keep_alive: bool,
         websocket: bool,
+        websocket_key: bytes = b"",
     ) -> None:
         self.method = method
         self.target = target  # origin-form (or "*"), what goes upstream
@@ -92,6 +98,7 @@ class RequestHead:
         self.chunked = chunked
         self.keep_alive = keep_alive
         self.websocket = websocket
+        self.websocket_key = websocket_key  # Sec-WebSocket-Key as sent, checked against the 101's Accept
 
     @property
     def has_body(self) -> bool:
@@ -155,6 +162,7 @@ def validate_request(
     te_count = 0
     te_value = b""
     upgrade_value = b""
+    ws_keys: list[bytes] = []
     for name, value in headers:
         n = len(name)
         # Only the few names that decide framing or routing; length first keeps this loop cheap.
@@ -172,6 +180,8 @@ def validate_request(
             te_value = value
         elif n == 7 and name.lower() == b"upgrade":
             upgrade_value = value
+        elif n == 17 and name.lower() == b"sec-websocket-key":
+            ws_keys.append(value.strip(b" \t"))
     chunked = False
     if te_count:
         if version == "1.0":
@@ -217,13 +227,62 @@ def validate_request(
         if b"websocket" in upgrade_value.lower() and method == b"GET":
             if has_body:
                 raise HeadError(400, "websocket upgrade with a body")
+            if len(ws_keys) != 1 or not valid_websocket_key(ws_keys[0]):
+                # RFC 6455 §4.2.1: without exactly one 16-byte nonce the backend cannot prove it speaks
+                # WebSocket, and a tunnel opened on a bare 101 is the WebSocket-smuggling shape.
+                raise HeadError(400, "websocket upgrade without a valid Sec-WebSocket-Key")
             websocket = True
         elif has_body:
             # llhttp would hand the body over as upgrade bytes; bodyless ones are served as plain requests.
             raise HeadError(400, "upgrade with a body")
     return RequestHead(
-        method, target, version, headers, host, authority, content_length, chunked, keep_alive, websocket
+        method,
+        target,
+        version,
+        headers,
+        host,
+        authority,
+        content_length,
+        chunked,
+        keep_alive,
+        websocket,
+        ws_keys[0] if websocket else b"",
     )
+
+
+_WS_KEY = re.compile(rb"[A-Za-z0-9+/]{22}==")
+_WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def valid_websocket_key(key: bytes) -> bool:
+    """A Sec-WebSocket-Key is the base64 of 16 bytes: 22 characters and ``==`` (RFC 6455 §4.1)."""
+    return _WS_KEY.fullmatch(key) is not None
+
+
+def websocket_accept(key: bytes) -> bytes:
+    """The Sec-WebSocket-Accept a real WebSocket server answers ``key`` with (RFC 6455 §4.2.2)."""
+    return base64.b64encode(hashlib.sha1(key + _WS_GUID).digest())
+
+
+def request_line_is_http(raw: bytes, method: bytes, url: bytes) -> bool:
+    """False when this request's line ``method SP url SP`` in ``raw`` names ``RTSP/`` or ``ICE/``.
+
+    llhttp accepts ``RTSP/1.0`` and ``ICE/1.0`` request lines and reports them as version 1.0 without saying
+    which protocol it saw; only HTTP/1.x may be forwarded as HTTP. ``raw`` holds the bytes read since the
+    request began (it may hold a neighbouring pipelined message too, whose identical line with another
+    protocol then also refuses this one: a client mixing protocols on one connection gets a 400, never a
+    forward). Those are the only two protocol names llhttp lets through, so positive evidence is enough.
+    """
+    if b"RTSP/" not in raw and b"ICE/" not in raw:
+        return True  # nearly every request: one scan of the bytes
+    line = method + b" " + url + b" "
+    for proto in (b"RTSP/", b"ICE/"):
+        at = raw.find(line + proto)
+        while at >= 0:
+            if at == 0 or raw[at - 1] == 0x0A:  # at a line start: a request line, not a header value
+                return False
+            at = raw.find(line + proto, at + 1)
+    return True
 
 
 # --- message builders -------------------------------------------------------------------------------
@@ -268,6 +327,25 @@ def error_response(status: int, *, head_only: bool = False) -> bytes:
             msg += body
         _error_cache[key] = msg
     return msg
+
+
+def local_response(
+    status: int, headers: Iterable[Header] = (), *, close: bool, head_only: bool = False, body: bytes | None = None
+) -> bytes:
+    """A response the proxy answers itself (a refusal that may keep the connection, unlike ``error_response``)."""
+    reason = REASONS.get(status, b"Error")
+    if body is None:
+        body = b"%d %s\n" % (status, reason)
+    parts = [
+        b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
+        b"Cache-Control: no-store\r\n" % (status, reason, len(body))
+    ]
+    for name, value in headers:
+        parts.append(b"%s: %s\r\n" % (name, value))
+    parts.append(b"Connection: close\r\n\r\n" if close else b"\r\n")
+    if not head_only:
+        parts.append(body)
+    return b"".join(parts)
 
 
 def request_head(method: bytes, target: bytes, headers: Iterable[Header], *, framing: Header | None) -> bytes:

@@ -91,9 +91,14 @@ _CORRELATION_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 
 
 def correlation_id(client_value: bytes | None) -> bytes:
-    """The client's ``X-Correlation-Id`` when it is 1-128 chars of ``[A-Za-z0-9._:-]``, else ``proxy-<uuid4>``."""
-    if client_value is not None and _CORRELATION_ID.fullmatch(client_value):
-        return client_value
+    """The client's ``X-Correlation-Id`` when it is 1-128 chars of ``[A-Za-z0-9._:-]``, else ``proxy-<uuid4>``.
+
+    Surrounding whitespace is not part of a field value (RFC 9110 §5.5, OWS), so it is trimmed before the check.
+    """
+    if client_value is not None:
+        value = client_value.strip(b" \t")
+        if _CORRELATION_ID.fullmatch(value):
+            return value
     return b"proxy-" + _uuid4()
 
 

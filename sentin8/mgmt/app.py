@@ -71,8 +71,14 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 class MgmtApp:
     """The app's state and handlers; ``starlette()`` builds the ASGI app."""
 
-    def __init__(self, cfg: Config, shared: SharedState, verifier: auth.Verifier, policy: PolicyAdmin,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        shared: SharedState,
+        verifier: auth.Verifier,
+        policy: PolicyAdmin,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.cfg = cfg
         self.shared = shared
         self.verifier = verifier
@@ -87,8 +93,9 @@ class MgmtApp:
 
     # ---- the gate ------------------------------------------------------------------------------------
 
-    def gated(self, scope: str, handler: Callable[[Request, auth.Principal], Awaitable[Response]],
-              changes_state: bool = False) -> Handler:
+    def gated(
+        self, scope: str, handler: Callable[[Request, auth.Principal], Awaitable[Response]], changes_state: bool = False
+    ) -> Handler:
         async def endpoint(request: Request) -> Response:
             try:
                 principal = self.verifier.authorize(
@@ -97,16 +104,29 @@ class MgmtApp:
             except auth.AuthError as exc:
                 self.refusals.inc(exc.reason)
                 client = request.client.host if request.client else ""
-                event("mgmt_auth_refused", "warning", reason=exc.reason, status=exc.status,
-                      method=request.method, path=request.url.path, client=client)
+                event(
+                    "mgmt_auth_refused",
+                    "warning",
+                    reason=exc.reason,
+                    status=exc.status,
+                    method=request.method,
+                    path=request.url.path,
+                    client=client,
+                )
                 if exc.status == 401:
                     challenge = 'Bearer realm="sentin8-proxy"'
                     if exc.reason not in ("missing", "not_bearer"):
                         challenge += ', error="invalid_token"'
-                    return JSONResponse({"error": "unauthorized", "reason": exc.reason}, status_code=401,
-                                        headers={"WWW-Authenticate": challenge})
-                return JSONResponse({"error": "forbidden", "reason": exc.reason, "scope": scope}, status_code=403,
-                                    headers={"WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{scope}"'})
+                    return JSONResponse(
+                        {"error": "unauthorized", "reason": exc.reason},
+                        status_code=401,
+                        headers={"WWW-Authenticate": challenge},
+                    )
+                return JSONResponse(
+                    {"error": "forbidden", "reason": exc.reason, "scope": scope},
+                    status_code=403,
+                    headers={"WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{scope}"'},
+                )
             try:
                 return await handler(request, principal)
             except OverlayError as exc:
@@ -131,13 +151,19 @@ class MgmtApp:
 
     async def health(self, request: Request) -> Response:
         totals = self.counters.total()
-        code, body = views.health(self.table(), self.fleet.state, self.fleet.workers_listening, totals,
-                                  self.clock(), VERSION, tls=self.tls_health())
+        code, body = views.health(
+            self.table(),
+            self.fleet.state,
+            self.fleet.workers_listening,
+            totals,
+            self.clock(),
+            VERSION,
+            tls=self.tls_health(),
+        )
         return JSONResponse(body, status_code=code, headers={"Cache-Control": "no-store"})
 
     async def backends(self, request: Request, _: auth.Principal) -> Response:
-        body = views.backends(self.table(), self.suspects.suspect_until, self.clock(),
-                              self.cfg.sources.health_fresh_s)
+        body = views.backends(self.table(), self.suspects.suspect_until, self.clock(), self.cfg.sources.health_fresh_s)
         return JSONResponse(body)
 
     async def mappings(self, request: Request, _: auth.Principal) -> Response:
@@ -146,14 +172,16 @@ class MgmtApp:
         table = self.table()
         if self._mappings is None or self._mappings[0] is not table:
             self._mappings = (table, views.MappingIndex(table, self.cfg.sources.domains))
-        body = self._mappings[1].query(request.query_params.get("host"), request.query_params.get("service"),
-                                       limit, offset)
+        body = self._mappings[1].query(
+            request.query_params.get("host"), request.query_params.get("service"), limit, offset
+        )
         return JSONResponse(body)
 
     async def stats(self, request: Request, _: auth.Principal) -> Response:
         totals = self.counters.total()
-        body = views.stats(totals, self.clock(), services=self.service_stats(),
-                           latency_buckets=views.latency_buckets(totals))
+        body = views.stats(
+            totals, self.clock(), services=self.service_stats(), latency_buckets=views.latency_buckets(totals)
+        )
         table = self.table()
         body["stale"] = bool(table is not None and table.stale)
         body["fleet_state"] = self.fleet.state
@@ -185,8 +213,7 @@ class MgmtApp:
         except (ValueError, UnicodeDecodeError):
             raise OverlayError("body", "not valid JSON") from None
         view, changes = self.policy.change(body)
-        event("policy_changed", sub=principal.sub, jti=principal.jti, changes=changes,
-              generation=view["generation"])
+        event("policy_changed", sub=principal.sub, jti=principal.jti, changes=changes, generation=view["generation"])
         return JSONResponse(view)
 
     async def policy_delete(self, request: Request, principal: auth.Principal) -> Response:
@@ -203,13 +230,16 @@ class MgmtApp:
 
     async def dashboard(self, request: Request) -> Response:
         # the page holds no data and no secret: it asks for a token and calls the API like any client
-        return HTMLResponse(DASHBOARD_HTML, headers={
-            "Cache-Control": "no-store",
-            "Content-Security-Policy": "default-src 'self'; script-src 'unsafe-inline'; "
-                                       "style-src 'unsafe-inline'; img-src 'self' data:; connect-src 'self'",
-            "X-Frame-Options": "DENY",
-            "Referrer-Policy": "no-referrer",
-        })
+        return HTMLResponse(
+            DASHBOARD_HTML,
+            headers={
+                "Cache-Control": "no-store",
+                "Content-Security-Policy": "default-src 'self'; script-src 'unsafe-inline'; "
+                "style-src 'unsafe-inline'; img-src 'self' data:; connect-src 'self'",
+                "X-Frame-Options": "DENY",
+                "Referrer-Policy": "no-referrer",
+            },
+        )
 
     def starlette(self) -> Starlette:
         routes = [

@@ -34,8 +34,21 @@ SCOPE_POLICY = "policy-admin"
 ALL_SCOPES = (SCOPE_BACKENDS, SCOPE_MAPPINGS, SCOPE_STATS, SCOPE_POLICY)
 # every AuthError reason, for counting ("other" catches one this list forgot)
 REFUSAL_REASONS = (
-    "missing", "not_bearer", "token_in_query", "malformed", "bad_algorithm", "bad_signature", "expired",
-    "not_yet_valid", "bad_audience", "bad_issuer", "missing_claim", "bad_scope_claim", "invalid", "scope", "replay",
+    "missing",
+    "not_bearer",
+    "token_in_query",
+    "malformed",
+    "bad_algorithm",
+    "bad_signature",
+    "expired",
+    "not_yet_valid",
+    "bad_audience",
+    "bad_issuer",
+    "missing_claim",
+    "bad_scope_claim",
+    "invalid",
+    "scope",
+    "replay",
     "other",
 )
 
@@ -60,8 +73,9 @@ def new_secret() -> str:
     return secrets.token_urlsafe(36)
 
 
-def mint(secret: bytes, cfg: Mgmt, scopes: list[str], ttl_s: float, sub: str = "operator",
-         now: float | None = None) -> str:
+def mint(
+    secret: bytes, cfg: Mgmt, scopes: list[str], ttl_s: float, sub: str = "operator", now: float | None = None
+) -> str:
     """A token the verifier accepts: what ``sentin8-proxy token`` and ``demo`` hand to operators."""
     now = time.time() if now is None else now
     claims = {
@@ -144,8 +158,9 @@ _REASONS: tuple[tuple[type[Exception], str], ...] = (
 class Verifier:
     """Checks a request's credentials against the rules above; raises AuthError, returns a Principal."""
 
-    def __init__(self, secret: bytes, cfg: Mgmt, clock: Callable[[], float] = time.time,
-                 jtis: JtiStore | None = None) -> None:
+    def __init__(
+        self, secret: bytes, cfg: Mgmt, clock: Callable[[], float] = time.time, jtis: JtiStore | None = None
+    ) -> None:
         if len(secret) < MIN_SECRET_BYTES:
             raise ValueError("secret too short")
         self._secret = secret

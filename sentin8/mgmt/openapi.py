@@ -12,8 +12,12 @@ _NUM = {"type": "number"}
 _NULLABLE_NUM = {"type": "number", "nullable": True}
 _ERROR = {
     "type": "object",
-    "properties": {"error": {"type": "string"}, "reason": {"type": "string"}, "detail": {"type": "string"},
-                   "field": {"type": "string"}},
+    "properties": {
+        "error": {"type": "string"},
+        "reason": {"type": "string"},
+        "detail": {"type": "string"},
+        "field": {"type": "string"},
+    },
     "required": ["error"],
 }
 _POLICY_VALUES = {
@@ -34,17 +38,31 @@ _POLICY_CHANGE = {
     "properties": {
         "waf": {"type": "boolean", "nullable": True},
         "rate_limit": {"type": "boolean", "nullable": True},
-        "rate_limit_rps": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 1000000,
-                           "nullable": True},
-        "rate_limit_burst": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 1000000,
-                             "nullable": True},
+        "rate_limit_rps": {
+            "type": "number",
+            "exclusiveMinimum": True,
+            "minimum": 0,
+            "maximum": 1000000,
+            "nullable": True,
+        },
+        "rate_limit_burst": {
+            "type": "number",
+            "exclusiveMinimum": True,
+            "minimum": 0,
+            "maximum": 1000000,
+            "nullable": True,
+        },
         "rate_limit_key": {"type": "string", "enum": [*RATE_KEYS, None], "nullable": True},  # 3.0: null listed
     },
 }
 _POLICY_VIEW = {
     "type": "object",
-    "properties": {"effective": _POLICY_VALUES, "overlay": _POLICY_VALUES, "config": _POLICY_VALUES,
-                   "generation": {"type": "integer"}},
+    "properties": {
+        "effective": _POLICY_VALUES,
+        "overlay": _POLICY_VALUES,
+        "config": _POLICY_VALUES,
+        "generation": {"type": "integer"},
+    },
     "required": ["effective", "overlay", "config", "generation"],
 }
 _HEALTH = {
@@ -61,14 +79,27 @@ _HEALTH = {
         "workers": {"type": "integer"},
         "tls": {"type": "object"},
     },
-    "required": ["status", "version", "snapshot_age_s", "stale", "mappings", "services", "instances",
-                 "active_connections", "workers"],
+    "required": [
+        "status",
+        "version",
+        "snapshot_age_s",
+        "stale",
+        "mappings",
+        "services",
+        "instances",
+        "active_connections",
+        "workers",
+    ],
 }
 _INSTANCE = {
     "type": "object",
     "properties": {
-        "id": {"type": "string"}, "host": {"type": "string"}, "port": {"type": "integer"},
-        "state": {"type": "string"}, "health_age_s": _NULLABLE_NUM, "fresh": {"type": "boolean"},
+        "id": {"type": "string"},
+        "host": {"type": "string"},
+        "port": {"type": "integer"},
+        "state": {"type": "string"},
+        "health_age_s": _NULLABLE_NUM,
+        "fresh": {"type": "boolean"},
         "suspect": {**_NULLABLE_NUM, "description": "seconds left on a suspect mark, null when not suspect"},
         "tls": {"type": "boolean"},
     },
@@ -77,8 +108,12 @@ _INSTANCE = {
 _MAPPING = {
     "type": "object",
     "properties": {
-        "hostname": {"type": "string"}, "service": {"type": "string"}, "env_id": {"type": "string"},
-        "app_id": {"type": "string"}, "source": {"type": "string"}, "wildcard": {"type": "boolean"},
+        "hostname": {"type": "string"},
+        "service": {"type": "string"},
+        "env_id": {"type": "string"},
+        "app_id": {"type": "string"},
+        "source": {"type": "string"},
+        "wildcard": {"type": "boolean"},
     },
     "required": ["hostname", "service", "env_id", "app_id", "source", "wildcard"],
 }
@@ -107,68 +142,139 @@ def openapi_document(version: str) -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
         },
         "paths": {
-            "/health": {"get": {
-                "summary": "Fleet health for load balancers (no token)",
-                "security": [],
-                "responses": {"200": _json(_HEALTH, "serving (ok or stale)"),
-                              "503": _json(_HEALTH, "draining or starting")},
-            }},
-            "/backends": {"get": {
-                "summary": "Every service's instances with state, freshness and suspect marks",
-                "security": _secured(SCOPE_BACKENDS),
-                "responses": {"200": _json({"type": "object", "properties": {"services": {
-                    "type": "object", "additionalProperties": {"type": "array", "items": _INSTANCE}}},
-                    "required": ["services"]}, "instances by service"), **_DENIED},
-            }},
-            "/mappings": {"get": {
-                "summary": "Hostname mappings, filtered and paged",
-                "security": _secured(SCOPE_MAPPINGS),
-                "parameters": [
-                    {"name": "host", "in": "query", "schema": {"type": "string"},
-                     "description": "hostnames containing this text (case-insensitive)"},
-                    {"name": "service", "in": "query", "schema": {"type": "string"}},
-                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 10000,
-                                                                "default": 1000}},
-                    {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0,
-                                                                 "maximum": 2147483648, "default": 0}},
-                ],
-                "responses": {"200": _json({"type": "object", "properties": {
-                    "total": {"type": "integer"}, "offset": {"type": "integer"}, "limit": {"type": "integer"},
-                    "mappings": {"type": "array", "items": _MAPPING}}, "required": ["total", "mappings"]},
-                    "one page of mappings"),
-                    "422": _json(_ERROR, "invalid parameter (field named)"), **_DENIED},
-            }},
-            "/stats": {"get": {
-                "summary": "Cumulative counters for the dashboard (rates come from two samples)",
-                "security": _secured(SCOPE_STATS),
-                "responses": {"200": _json({"type": "object"}, "fleet counters, latency histogram, per service"),
-                              **_DENIED},
-            }},
-            "/policy": {
-                "get": {"summary": "The runtime policy: effective values, overlay, config file values",
-                        "security": _secured(SCOPE_POLICY), "responses": policy_responses},
-                "put": {"summary": "Change runtime policy keys (reaches every worker within 1 s; persisted)",
-                        "security": _secured(SCOPE_POLICY),
-                        "requestBody": {"required": True,
-                                        "content": {"application/json": {"schema": _POLICY_CHANGE}}},
-                        "responses": {**policy_responses,
-                                      "413": _json(_ERROR, "body over 16 KiB"),
-                                      "422": _json(_ERROR, "invalid input (field named)")}},
-                "delete": {"summary": "Back to the config file's values",
-                           "security": _secured(SCOPE_POLICY), "responses": policy_responses},
+            "/health": {
+                "get": {
+                    "summary": "Fleet health for load balancers (no token)",
+                    "security": [],
+                    "responses": {
+                        "200": _json(_HEALTH, "serving (ok or stale)"),
+                        "503": _json(_HEALTH, "draining or starting"),
+                    },
+                }
             },
-            "/metrics": {"get": {
-                "summary": "Prometheus exposition (no token)", "security": [],
-                "responses": {"200": {"description": "Prometheus text",
-                                      "content": {"text/plain": {"schema": {"type": "string"}}}}},
-            }},
-            "/": {"get": {
-                "summary": "The dashboard (one self-contained page; asks for a token)", "security": [],
-                "responses": {"200": {"description": "HTML", "content": {"text/html": {"schema": {"type": "string"}}}}},
-            }},
-            "/openapi.json": {"get": {
-                "summary": "This document", "security": [],
-                "responses": {"200": _json({"type": "object"}, "OpenAPI 3.0 document")},
-            }},
+            "/backends": {
+                "get": {
+                    "summary": "Every service's instances with state, freshness and suspect marks",
+                    "security": _secured(SCOPE_BACKENDS),
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "services": {
+                                        "type": "object",
+                                        "additionalProperties": {"type": "array", "items": _INSTANCE},
+                                    }
+                                },
+                                "required": ["services"],
+                            },
+                            "instances by service",
+                        ),
+                        **_DENIED,
+                    },
+                }
+            },
+            "/mappings": {
+                "get": {
+                    "summary": "Hostname mappings, filtered and paged",
+                    "security": _secured(SCOPE_MAPPINGS),
+                    "parameters": [
+                        {
+                            "name": "host",
+                            "in": "query",
+                            "schema": {"type": "string"},
+                            "description": "hostnames containing this text (case-insensitive)",
+                        },
+                        {"name": "service", "in": "query", "schema": {"type": "string"}},
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000},
+                        },
+                        {
+                            "name": "offset",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 0, "maximum": 2147483648, "default": 0},
+                        },
+                    ],
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "total": {"type": "integer"},
+                                    "offset": {"type": "integer"},
+                                    "limit": {"type": "integer"},
+                                    "mappings": {"type": "array", "items": _MAPPING},
+                                },
+                                "required": ["total", "mappings"],
+                            },
+                            "one page of mappings",
+                        ),
+                        "422": _json(_ERROR, "invalid parameter (field named)"),
+                        **_DENIED,
+                    },
+                }
+            },
+            "/stats": {
+                "get": {
+                    "summary": "Cumulative counters for the dashboard (rates come from two samples)",
+                    "security": _secured(SCOPE_STATS),
+                    "responses": {
+                        "200": _json({"type": "object"}, "fleet counters, latency histogram, per service"),
+                        **_DENIED,
+                    },
+                }
+            },
+            "/policy": {
+                "get": {
+                    "summary": "The runtime policy: effective values, overlay, config file values",
+                    "security": _secured(SCOPE_POLICY),
+                    "responses": policy_responses,
+                },
+                "put": {
+                    "summary": "Change runtime policy keys (reaches every worker within 1 s; persisted)",
+                    "security": _secured(SCOPE_POLICY),
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": _POLICY_CHANGE}}},
+                    "responses": {
+                        **policy_responses,
+                        "413": _json(_ERROR, "body over 16 KiB"),
+                        "422": _json(_ERROR, "invalid input (field named)"),
+                    },
+                },
+                "delete": {
+                    "summary": "Back to the config file's values",
+                    "security": _secured(SCOPE_POLICY),
+                    "responses": policy_responses,
+                },
+            },
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus exposition (no token)",
+                    "security": [],
+                    "responses": {
+                        "200": {
+                            "description": "Prometheus text",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        }
+                    },
+                }
+            },
+            "/": {
+                "get": {
+                    "summary": "The dashboard (one self-contained page; asks for a token)",
+                    "security": [],
+                    "responses": {
+                        "200": {"description": "HTML", "content": {"text/html": {"schema": {"type": "string"}}}}
+                    },
+                }
+            },
+            "/openapi.json": {
+                "get": {
+                    "summary": "This document",
+                    "security": [],
+                    "responses": {"200": _json({"type": "object"}, "OpenAPI 3.0 document")},
+                }
+            },
         },
     }

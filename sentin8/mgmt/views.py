@@ -157,8 +157,12 @@ class MappingIndex:
         return {"total": len(names), "offset": offset, "limit": limit, "mappings": [self._row(n) for n in page]}
 
 
-def stats(totals: dict[str, int], now: float, services: dict[str, dict[str, Any]] | None = None,
-          latency_buckets: list[tuple[float, int]] | None = None) -> dict[str, Any]:
+def stats(
+    totals: dict[str, int],
+    now: float,
+    services: dict[str, dict[str, Any]] | None = None,
+    latency_buckets: list[tuple[float, int]] | None = None,
+) -> dict[str, Any]:
     """What the dashboard polls every 2 s: cumulative fleet counters (it derives rates from two samples),
     the latency histogram, and per-service figures when the per-service counters exist (issue #9)."""
     return {

@@ -106,6 +106,37 @@ NAMES: tuple[str, ...] = (
     "upstream_connect_failed",
     "upstream_truncated",
     "upstream_unavailable",
+    "websocket_bad_accept",  # a 101 without the Sec-WebSocket-Accept the client's key demands: 502
+    # WAF (issue 12): inspections, refusals, and matched CRS rules by family (sentin8.waf.FAMILIES)
+    "waf_inspected",
+    "waf_offloaded",
+    "waf_errors",
+    "waf_body_too_large",
+    "waf_log_suppressed",
+    "waf_engine_builds",  # rule sets loaded off the loop after a runtime change
+    "waf_rule_method",
+    "waf_rule_scanner",
+    "waf_rule_protocol",
+    "waf_rule_protocol_attack",
+    "waf_rule_multipart",
+    "waf_rule_lfi",
+    "waf_rule_rfi",
+    "waf_rule_rce",
+    "waf_rule_php",
+    "waf_rule_nodejs",
+    "waf_rule_xss",
+    "waf_rule_sqli",
+    "waf_rule_session_fixation",
+    "waf_rule_java",
+    "waf_rule_body_parse",
+    # caps and fail-fast (issue 12): every refusal by kind, and the breakers' transitions
+    "refused_conn_cap_l7",
+    "refused_conn_cap_l4",
+    "refused_inflight",
+    "refused_breaker_open",
+    "breaker_skipped",
+    "breaker_opened",
+    "breaker_closed",
     "unknown_counter",  # a name missing from this table: counted here rather than crash a connection
     # traffic by source side (network.internal_cidrs): connections and L7 requests
     "traffic_external_connections",
@@ -123,6 +154,8 @@ NAMES: tuple[str, ...] = (
     "policy_block_rate_limit",
     "policy_block_waf",
     "policy_block_header_caps",
+    "policy_block_conn_cap",  # over the per-client connection cap (limits)
+    "policy_block_inflight_cap",  # over the worker's in-flight request cap: 503
     "policy_block_other",
     # gauges
     "l4_active",

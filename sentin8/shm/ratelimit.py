@@ -7,6 +7,13 @@ the range if the holder dies, so a SIGKILLed worker can never wedge a stripe.
 Layout: ``slots`` entries of four words (key hash, tokens in µ-units, last refill µs, unused), split into 64
 stripes of ``slots / 64`` entries; a key lives in one stripe and probes at most ``PROBE`` entries there. A full
 probe window evicts its stalest entry, so a rotating-address flood cannot grow memory.
+
+The clock is read **after** the stripe lock is taken (``decide`` is handed the clock, not a time). Read before
+it, two workers could apply their timestamps in the opposite order from the one they read them in; the later
+timestamp then refills a bucket that is still full (capped at ``burst``) before the earlier request takes its
+token, and that refill is lost. Small buckets under clumpy arrivals lost ~5% of the configured rate that way.
+Under the lock, timestamps reach a bucket in increasing order and the table grants exactly what one sequential
+bucket would.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+from collections.abc import Callable
 
 from .. import tokenbucket
 
@@ -46,6 +54,11 @@ class BucketTable:
         return fd
 
     def admit(self, key: str, now_us: int, rate_per_s: float, burst: float) -> bool:
+        """One request at a given time (tests and replays); the data path uses ``decide`` with a clock."""
+        return self.decide(key, lambda: now_us, rate_per_s, burst)[0]
+
+    def decide(self, key: str, clock_us: Callable[[], int], rate_per_s: float, burst: float) -> tuple[bool, int, int]:
+        """(admitted, tokens left in µ-units, the time it was decided at in µs); ``clock_us`` is read under the lock."""
         h = key_hash(key)
         stripe = h % STRIPES
         base = stripe * self.per_stripe
@@ -53,6 +66,7 @@ class BucketTable:
         w = self._w
         fcntl.lockf(self.lock_fd, fcntl.LOCK_EX, 1, stripe)
         try:
+            now_us = clock_us()
             victim = -1
             victim_last = None
             for p in range(PROBE):
@@ -64,7 +78,7 @@ class BucketTable:
                     ok, tokens = tokenbucket.take(tokens)
                     w[i + 1] = tokens
                     w[i + 2] = max(now_us, w[i + 2])
-                    return ok
+                    return ok, tokens, now_us
                 last = 0 if k == 0 else w[i + 2]
                 if victim_last is None or last < victim_last:
                     victim, victim_last = slot, last
@@ -74,6 +88,6 @@ class BucketTable:
             w[i] = h
             w[i + 1] = tokens
             w[i + 2] = now_us
-            return ok
+            return ok, tokens, now_us
         finally:
             fcntl.lockf(self.lock_fd, fcntl.LOCK_UN, 1, stripe)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from ..breaker import BreakerRules
 from ..config import Config
 from ..ticketkeys import TicketKeyRing
 from . import certreport, counters, mgmt_refusals, services, snapshot
 from . import fleet as fleet_state
 from . import jti as jti_region
 from . import policy as policy_region
+from .breakers import BreakerTable
+from .breakers import region_bytes as breaker_bytes
+from .conncap import ConnectionCounts
+from .conncap import region_bytes as conncap_bytes
 from .ratelimit import BucketTable
 from .ratelimit import region_bytes as ratelimit_bytes
 from .region import SharedRegion
@@ -22,6 +27,10 @@ class SharedState:
         self.region = SharedRegion()
         self.region.reserve("snapshot", snapshot.region_bytes(self.snapshot_capacity))
         self.region.reserve("suspects", SuspectTable.region_bytes(self.suspect_slots))
+        self.breaker_slots = cfg.shm.breaker_slots
+        self.region.reserve("breakers", breaker_bytes(self.breaker_slots))
+        self.conncap_slots = cfg.shm.conncap_slots
+        self.region.reserve("conncap", conncap_bytes(self.conncap_slots, worker_slots))
         self.services = cfg.shm.metrics_services
         self.tls_dirs = (cfg.tls.cert_dir, cfg.tls.state_dir)  # the mgmt process reads certificate expiry there
         self.region.reserve("counters", counters.region_bytes(worker_slots, self.services))
@@ -49,6 +58,13 @@ class SharedState:
 
     def suspects(self) -> SuspectTable:
         return SuspectTable(self.region.view("suspects"), self.suspect_slots)
+
+    def breakers(self, rules: BreakerRules) -> BreakerTable:
+        return BreakerTable(self.region.view("breakers"), self.breaker_slots, rules)
+
+    def connection_counts(self, slot: int | None) -> ConnectionCounts:
+        """``slot``: the worker slot that writes; None for a reader (the supervisor)."""
+        return ConnectionCounts(self.region.view("conncap"), self.conncap_slots, self.worker_slots, slot)
 
     def worker_counters(self, slot: int) -> counters.WorkerCounters:
         return counters.WorkerCounters(self.region.view("counters"), slot, self.services)
