@@ -387,11 +387,14 @@ class CertStore:
                 self._report_unusable(dirname, str(exc))
             else:
                 self.loads += 1
-                log.info(
-                    "cert store: loaded %s (sha256 %s, expires %s)",
-                    cert.name,
-                    cert.fingerprint[:16],
-                    cert.leaf.not_valid_after_utc.isoformat(),
+                previous = entry.cert if entry is not None else None
+                # a new file version for a name already served is the hot swap operators look for
+                event(
+                    "certificate_swapped" if previous is not None else "certificate_loaded",
+                    name=cert.name,
+                    sha256=cert.fingerprint[:16],
+                    previous_sha256=previous.fingerprint[:16] if previous is not None else None,
+                    not_after=cert.leaf.not_valid_after_utc.isoformat(),
                 )
                 if self.on_loaded is not None:
                     self.on_loaded(cert)
@@ -518,10 +521,11 @@ class CertStore:
         else:
             self.bootstrap_loaded += 1
         if self._bootstrap is None or cert.fingerprint != self._bootstrap.fingerprint:
-            log.info(
-                "cert store: bootstrap certificate sha256 %s valid until %s",
-                cert.fingerprint[:16],
-                cert.leaf.not_valid_after_utc.isoformat(),
+            event(
+                "certificate_bootstrap",
+                sha256=cert.fingerprint[:16],
+                previous_sha256=self._bootstrap.fingerprint[:16] if self._bootstrap is not None else None,
+                not_after=cert.leaf.not_valid_after_utc.isoformat(),
             )
         self._bootstrap = cert
         return cert

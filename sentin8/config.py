@@ -143,6 +143,11 @@ class Mgmt(_Section):
 class Metrics(_Section):
     channel: str = "stat:metrics"
     interval_s: float = 10
+    valkey_url: str = ""  # publish here; empty = sources.valkey_url when sources.registry = "valkey", else off
+
+
+class Log(_Section):
+    access: bool = False  # one JSON line per L7 request on stderr (never path, query, header values or body)
 
 
 class SharedMemory(_Section):
@@ -153,6 +158,7 @@ class SharedMemory(_Section):
     ratelimit_slots: int = 65536
     conncap_slots: int = 16384  # per-client-IP connection counters (a sketch: keep well above concurrent clients)
     breaker_slots: int = 4096
+    metrics_services: int = 256  # services counted by name; beyond it they are counted under "_other"
 
 
 class InstanceEntry(_Section):
@@ -185,9 +191,16 @@ class Config(_Section):
     breaker: Breaker = msgspec.field(default_factory=Breaker)
     mgmt: Mgmt = msgspec.field(default_factory=Mgmt)
     metrics: Metrics = msgspec.field(default_factory=Metrics)
+    log: Log = msgspec.field(default_factory=Log)
     shm: SharedMemory = msgspec.field(default_factory=SharedMemory)
     instances: list[InstanceEntry] = msgspec.field(default_factory=list)
     domains: list[DomainEntry] = msgspec.field(default_factory=list)
+
+    def metrics_valkey_url(self) -> str:
+        """Where ``stat:metrics`` goes: ``metrics.valkey_url``, else the registry's Valkey, else nowhere ("")."""
+        if self.metrics.valkey_url:
+            return self.metrics.valkey_url
+        return self.sources.valkey_url if self.sources.registry == "valkey" else ""
 
     def worker_count(self) -> int:
         return self.fleet.workers or len(os.sched_getaffinity(0))
@@ -295,6 +308,13 @@ def _check(cfg: Config) -> None:
         n = getattr(cfg.shm, key)
         if n < least or n & (n - 1):
             raise ConfigError(f"shm.{key}: must be a power of two >= {least}, got {n}")
+    if not 2 <= cfg.shm.metrics_services <= 65536:
+        raise ConfigError(f"shm.metrics_services: must be within 2..65536, got {cfg.shm.metrics_services}")
+    if cfg.metrics.valkey_url and not re.match(r"(redis|rediss|unix)://", cfg.metrics.valkey_url):
+        url = cfg.metrics.valkey_url
+        raise ConfigError(f"metrics.valkey_url: must be a redis://, rediss:// or unix:// URL, got {url!r}")
+    if not cfg.metrics.channel:
+        raise ConfigError("metrics.channel: must not be empty")
     if bool(cfg.upstream.client_cert) != bool(cfg.upstream.client_key):
         raise ConfigError("upstream.client_cert: client_cert and client_key must be set together")
     seen: set[str] = set()

@@ -6,6 +6,8 @@ every worker decodes it and answers ``resolve(hostname)`` per connection.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import msgspec
 
 
@@ -29,6 +31,7 @@ class Route(msgspec.Struct, frozen=True, array_like=True):
     env_id: str = ""
     app_id: str = ""
     org_id: str = ""
+    sidx: int = 0  # the service's metrics index (sentin8.shm.services), set by the resolver at publish
 
 
 class RoutingTable(msgspec.Struct, array_like=True):
@@ -44,6 +47,7 @@ class RoutingTable(msgspec.Struct, array_like=True):
     health_frozen_at: float = 0.0
     health_lag_s: float = 0.0
     health_lag_until: float = 0.0
+    service_ids: dict[str, int] = {}  # every service's metrics index, for paths without a Route (ACME)
 
     def health_clock(self, now: float) -> float:
         """The time against which ``health_ts`` freshness is judged at wall time ``now``."""
@@ -66,6 +70,22 @@ class RoutingTable(msgspec.Struct, array_like=True):
 
     def instances(self, service: str) -> list[Instance]:
         return self.services.get(service, [])
+
+    def service_id(self, service: str) -> int:
+        """The metrics index of ``service``: ``_other`` (1) for one the resolver did not index."""
+        return self.service_ids.get(service, 1)
+
+    def with_service_ids(self, assign: Callable[[Iterable[str]], dict[str, int]], extra: Iterable[str] = ()) -> None:
+        """Give every service (of routes, instances and ``extra``) its metrics index, in place: ``assign`` is
+        ``ServiceNames.assign``, which keeps an index for the fleet's life. Routes carry their index so a
+        worker counts with no lookup; the resolver calls this once per publication."""
+        names = sorted({r.service for r in self.routes.values()} | set(self.services) | set(extra))
+        self.service_ids = assign(names)
+        ids = self.service_ids
+        self.routes = {
+            host: r if r.sidx == ids[r.service] else msgspec.structs.replace(r, sidx=ids[r.service])
+            for host, r in self.routes.items()
+        }
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -534,7 +534,9 @@ class Arbiter:
                 continue
             code = os.waitstatus_to_exitcode(status)
             if child.slot >= 0:
-                self.shared.counter_reader().zero_gauges(child.slot)
+                reader = self.shared.counter_reader()
+                reader.zero_gauges(child.slot)
+                reader.retire(child.slot)  # its counts join the retired total: no total ever goes down
                 self.shared.connection_counts(None).zero_column(child.slot)  # its connections died with it
                 self.free_slots.append(child.slot)
                 if self.reload_waiting_slot and self.state == "running":

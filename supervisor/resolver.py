@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 
 import uvloop
 
 from sentin8 import lifecycle, routing
 from sentin8.config import Config
+from sentin8.eventlog import event
+from sentin8.metrics.publisher import MetricsPublisher
 from sentin8.routing import RoutingTable
 from sentin8.shm.snapshot import SnapshotTooLarge
 from sentin8.shm.state import SharedState
@@ -28,16 +29,20 @@ def make_runner(cfg: Config, config_path: str | None) -> SourceRunner:
 class Resolver:
     def __init__(self, cfg: Config, shared: SharedState, status_fd: int, config_path: str | None) -> None:
         self.cfg = cfg
+        self.shared = shared
         self.writer = shared.snapshot_writer()
+        self.service_names = shared.service_names()
         self.status_fd = status_fd
         self.config_path = config_path
         self.published = 0
 
     def publish(self, table: RoutingTable) -> None:
+        # every service gets its fixed metrics index before workers see it (the ACME service has no route)
+        table.with_service_ids(self.service_names.assign, extra=(self.cfg.acme.service,))
         try:
             self.writer.publish(routing.encode(table))
         except SnapshotTooLarge as exc:
-            print(f"sentin8-proxy: resolver: {exc}; still serving the previous table", file=sys.stderr, flush=True)
+            event("snapshot_too_large", "error", reason=str(exc), action="still serving the previous table")
             return
         self.published += 1
         if self.published == 1:
@@ -48,6 +53,9 @@ class Resolver:
 
     async def _main(self) -> int:
         loop = asyncio.get_running_loop()
+        src = self.cfg.sources
+        event("resolver_start", registry=src.registry, domains=src.domains,
+              metrics_channel=self.cfg.metrics.channel if self.cfg.metrics_valkey_url() else None)
         reload = asyncio.Event()
         stop: asyncio.Future[None] = loop.create_future()
         loop.add_signal_handler(signal.SIGHUP, reload.set)
@@ -55,9 +63,26 @@ class Resolver:
         for sig in (signal.SIGTERM, signal.SIGQUIT):
             loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
         task = loop.create_task(make_runner(self.cfg, self.config_path).run(self.publish, reload))
+        metrics = self._metrics_task(loop)
         await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)
+        if metrics is not None:
+            metrics.cancel()
         if task.done():
             task.result()  # a runner never returns on its own: surface why, the supervisor restarts us
             return 1
         task.cancel()
         return 0
+
+    def _metrics_task(self, loop: asyncio.AbstractEventLoop) -> asyncio.Task | None:
+        """``stat:metrics`` rides along in this process: it already talks to Valkey and is not a worker."""
+        url = self.cfg.metrics_valkey_url()
+        if not url:
+            return None
+        publisher = MetricsPublisher(
+            self.shared.counter_reader(),
+            self.service_names,
+            url,
+            self.cfg.metrics.channel,
+            self.cfg.metrics.interval_s,
+        )
+        return loop.create_task(publisher.run(), name="sentin8-metrics-publisher")

@@ -11,7 +11,7 @@ from sentin8 import routing
 from sentin8.backends import Backends
 from sentin8.routing import Instance, Route, RoutingTable
 from sentin8.selection import Selector
-from sentin8.shm.counters import BLOCK_BYTES, CounterReader, WorkerCounters
+from sentin8.shm.counters import CounterReader, WorkerCounters, region_bytes
 from sentin8.shm.suspects import SuspectTable
 from workers.connect import connect_first
 
@@ -35,7 +35,7 @@ class Clock:
 
 
 def make(instances: list[Instance], table: bool = True) -> tuple[Backends, Snapshot, CounterReader, Clock]:
-    counter_view = memoryview(bytearray(BLOCK_BYTES))
+    counter_view = memoryview(bytearray(region_bytes(1, 0)))
     suspects = SuspectTable(memoryview(bytearray(SuspectTable.region_bytes(64))), 64)
     snap = Snapshot(routing.build([Route("shop.test", "web")], instances, built_at=0.0) if table else None)
     clock = Clock()
@@ -108,7 +108,7 @@ def test_breaker_opens_on_failures_skips_the_instance_and_fails_fast_when_all_ar
     from sentin8.shm.breakers import BreakerTable
     from sentin8.shm.breakers import region_bytes as breaker_bytes
 
-    counter_view = memoryview(bytearray(BLOCK_BYTES))
+    counter_view = memoryview(bytearray(region_bytes(1, 0)))
     counters = CounterReader(counter_view, 1)
     clock = Clock()
     rules = BreakerRules(failures=2, failure_ratio=1.0, min_requests=100, window_s=10, open_s=5, probe_timeout_s=5)

@@ -36,6 +36,11 @@ def test_defaults_match_the_design():
         (b'[sources]\nregistry = "etcd"\n', "sources.registry"),
         (b"[limits]\npeek_timeout_s = 0\n", "limits.peek_timeout_s"),
         (b"[shm]\nsuspect_slots = 1000\n", "shm.suspect_slots"),
+        (b"[shm]\nmetrics_services = 1\n", "shm.metrics_services"),
+        (b'[metrics]\nvalkey_url = "http://x"\n', "metrics.valkey_url"),
+        (b'[metrics]\nchannel = ""\n', "metrics.channel"),
+        (b"[metrics]\ninterval_s = 0\n", "metrics.interval_s"),
+        (b'[log]\naccess = "yes"\n', "log.access"),
         (b'[[instances]]\nservice = "a"\nid = "x"\nhost = "localhost"\nport = 1\n', "instances[0].host"),
         (b'[[instances]]\nservice = "a"\nid = "x"\nport = 1\n', "instances[0].host"),
         (b'[[domains]]\nhostname = "bad name"\nservice = "a"\n', "domains[0].hostname"),
@@ -179,3 +184,11 @@ def test_a_taken_internal_l4_port_is_reported_like_listen_https(tmp_path):
 def test_issue13_keys_are_checked(text, error):
     with pytest.raises(ConfigError, match=re.escape(error)):
         load_bytes(text.encode())
+
+
+def test_metrics_go_to_the_registry_valkey_unless_told_otherwise():
+    assert load_bytes(b"").metrics_valkey_url() == ""  # file sources, no metrics.valkey_url: nothing published
+    live = load_bytes(b'[sources]\nregistry = "valkey"\nvalkey_url = "redis://10.0.0.5:6379/0"\n')
+    assert live.metrics_valkey_url() == "redis://10.0.0.5:6379/0"
+    own = load_bytes(b'[metrics]\nvalkey_url = "redis://10.0.0.9:6379/1"\n[sources]\nregistry = "valkey"\n')
+    assert own.metrics_valkey_url() == "redis://10.0.0.9:6379/1"

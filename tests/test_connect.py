@@ -10,7 +10,7 @@ import pytest
 import uvloop
 
 from sentin8.holds import OpenConnections
-from sentin8.shm.counters import BLOCK_BYTES, CounterReader, WorkerCounters
+from sentin8.shm.counters import CounterReader, WorkerCounters, region_bytes
 from workers.connect import connect_tcp, literal_family
 
 
@@ -114,7 +114,7 @@ def test_refused_and_unknown_names_raise_oserror():
 
 
 def _counters() -> tuple[WorkerCounters, CounterReader]:
-    view = memoryview(bytearray(BLOCK_BYTES))
+    view = memoryview(bytearray(region_bytes(1, 0)))
     return WorkerCounters(view, 0), CounterReader(view, 1)
 
 

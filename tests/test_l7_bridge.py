@@ -260,8 +260,14 @@ class Ctx:
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] += n
 
-    def observe_latency(self, service: str, status: int, seconds: float) -> None:
-        self.latencies.append((service, status, seconds))
+    def service_id(self, service: str) -> int:
+        return 1
+
+    def upstream(self, sidx: int, name: str) -> None:
+        self.counters[name] += 1
+
+    def request_done(self, ex, seconds: float) -> None:
+        self.latencies.append((ex.service, ex.status, seconds))
 
     def inflight(self, delta: int) -> None:
         self.gauge += delta

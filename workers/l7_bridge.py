@@ -114,7 +114,9 @@ class L7Context(Protocol):
     def candidates(self, service: str) -> list[Instance]: ...  # ordered, healthy first
     def backend_failed(self, instance: Instance) -> None: ...  # unreachable: suspect for every worker, counted
     def count(self, name: str, n: int = 1) -> None: ...
-    def observe_latency(self, service: str, status: int, seconds: float) -> None: ...
+    def service_id(self, service: str) -> int: ...  # metrics index of a service with no Route (ACME)
+    def upstream(self, sidx: int, name: str) -> None: ...  # upstream_warm | upstream_cold | upstream_stale_retry
+    def request_done(self, ex: _Exchange, seconds: float) -> None: ...  # answered: status, timing, access log
     def inflight(self, delta: int) -> None: ...
     def policy(self, request: RequestInfo) -> Verdict | int | None: ...  # a refusal (429, 403...), or None
     def upstream_tls(self, instance: Instance) -> object | None: ...  # SSLContext or wrap(inner) -> Protocol
@@ -166,6 +168,7 @@ class L7Bridge(asyncio.Protocol):
     """One client connection. ``client_addr`` None = take the transport's peername."""
 
     acme_only = False  # the :80 listener (PlainHTTPListener)
+    external = True  # the client's side (network.internal_cidrs); :443 bridges only ever serve external clients
     refuse_status = 0  # answer every request with this status and close (over the per-client connection cap)
     track_buffers = False  # tests: record the most bytes held in buffers at once in ``max_buffered``
 
@@ -710,6 +713,7 @@ class _Exchange:
         "close_delimited",
         "conn",
         "continue_sent",
+        "corr",
         "done",
         "head_bytes",
         "head_only",
@@ -717,6 +721,7 @@ class _Exchange:
         "interim",
         "local_pending",
         "req",
+        "resp_body_bytes",
         "resp_budget",
         "resp_complete",
         "resp_extra",
@@ -729,6 +734,7 @@ class _Exchange:
         "resp_started",
         "retried",
         "service",
+        "sidx",
         "status",
         "tunnel",
         "upgrading",
@@ -740,6 +746,9 @@ class _Exchange:
         self.bridge = bridge
         self.req = req
         self.service = ""
+        self.sidx = 0  # metrics index: 0 = "_none" until a service is known
+        self.corr = b""  # the correlation id sent upstream (a routed request only)
+        self.resp_body_bytes = 0
         self.status = 0
         self.done = False
         self.conn: UpstreamConn | None = None
@@ -813,6 +822,7 @@ class _Exchange:
         if is_acme:
             # HTTP-01 challenges: straight to the acme service, before any host lookup; nothing injected.
             self.service = b._acme_service
+            self.sidx = ctx.service_id(self.service)
             headers = passthrough_headers(head.headers, websocket=head.websocket)
             ctx.count("acme_requests")
         else:
@@ -821,6 +831,7 @@ class _Exchange:
                 self.respond_error(421)
                 return
             self.service = route.service
+            self.sidx = route.sidx
             verdict = ctx.policy(
                 RequestInfo(head.method, head.target, head.path, host, b._client_ip, route, head.headers, b.scheme)
             )
@@ -841,6 +852,7 @@ class _Exchange:
                 websocket=head.websocket,
                 client_cert=b._client_cert_der(),
             )
+            self.corr = corr
         if head.chunked:
             framing: Header | None = (b"Transfer-Encoding", b"chunked")
         elif head.content_length is not None:
@@ -868,7 +880,7 @@ class _Exchange:
             return
         conn = ctx.pool.acquire(self._candidates[0].id)
         if conn is not None:
-            ctx.count("upstream_warm")
+            ctx.upstream(self.sidx, "upstream_warm")
             self._attach(conn, self._candidates[0], warm=True)
         else:
             self._task = b.loop.create_task(self._connect(fresh=False))
@@ -969,7 +981,7 @@ class _Exchange:
                 if not fresh:
                     conn = ctx.pool.acquire(inst.id)
                     if conn is not None:
-                        ctx.count("upstream_warm")
+                        ctx.upstream(self.sidx, "upstream_warm")
                         self._attach(conn, inst, warm=True)
                         return
                 fresh = False
@@ -992,7 +1004,7 @@ class _Exchange:
                 if self.done:
                     ctx.pool.release(conn)  # unused and healthy: someone else can have it
                     return
-                ctx.count("upstream_cold")
+                ctx.upstream(self.sidx, "upstream_cold")
                 self._attach(conn, inst, warm=False)
                 return
             if not self.done:
@@ -1139,7 +1151,7 @@ class _Exchange:
             if self.warm and not self.retried and self.body_written == 0 and self.req.head.method in IDEMPOTENT:  # type: ignore[union-attr]
                 # A pooled connection the backend had closed: replay once on a fresh one (RFC 9110 §9.2.2).
                 self.retried = True
-                b.ctx.count("upstream_stale_retry")
+                b.ctx.upstream(self.sidx, "upstream_stale_retry")
                 b._unpause(_P_UPSTREAM)
                 self._task = b.loop.create_task(self._connect(fresh=True))
                 return
@@ -1240,6 +1252,7 @@ class _Exchange:
         return len(accepts) == 1 and accepts[0].strip(b" \t") == websocket_accept(key)
 
     def on_body(self, body: bytes) -> None:
+        self.resp_body_bytes += len(body)
         emit = self._emit
         if not self.chunked_out and len(body) <= CHUNK:
             emit(body)  # the common case, without a list
@@ -1299,7 +1312,7 @@ class _Exchange:
         b._disarm()
         b.ctx.count("websocket_upgrades")
         b.ctx.count("status_1xx")
-        b.ctx.observe_latency(self.service, 101, b.loop.time() - self.req.t0)
+        b.ctx.request_done(self, b.loop.time() - self.req.t0)
         if rest:
             b._write_split(rest)
         req = self.req
@@ -1397,5 +1410,5 @@ class _Exchange:
             b.ctx.upstream_result(self.instance.id, status not in (502, 503, 504))
         if status and status != 101:  # counted and timed at the switch
             b.ctx.count(_STATUS_CLASS.get(status // 100, "status_other"))
-            b.ctx.observe_latency(self.service, status, b.loop.time() - self.req.t0)
+            b.ctx.request_done(self, b.loop.time() - self.req.t0)
         b._exchange_done(self, close_client)

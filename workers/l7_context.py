@@ -15,10 +15,14 @@ from sentin8.routing import Instance, Route
 from sentin8.shm.counters import WorkerCounters
 from sentin8.shm.policy import PolicyCache
 
-from .l7_bridge import RequestInfo
+from .access_log import AccessLog
+from .l7_bridge import RequestInfo, _Exchange
 from .tls_layer import TLSClientProtocol
 from .upstream import UpstreamPool
 from .waf_gate import WafGate
+
+# Refusal counters -> policy-block kinds (sentin8.shm.counters.POLICY_KINDS); 431s are counted at request_done
+POLICY_KIND = {"policy_rate_limit": "rate_limit", "policy_waf": "waf", "refused_inflight": "inflight_cap"}
 
 
 class WorkerL7Context:
@@ -32,6 +36,7 @@ class WorkerL7Context:
         backends: Backends,
         policy: EdgePolicy,
         policy_values: PolicyCache,
+        worker_index: int = 0,
     ) -> None:
         self.cfg = cfg
         self.counters = counters
@@ -42,6 +47,7 @@ class WorkerL7Context:
         self.gate = WafGate(loop, policy, counters.inc)
         self.inflight_now = 0  # this worker's L7 requests in flight (the gauge's local twin, for the cap)
         self._upstream_tls = UpstreamTLS(cfg.upstream, counters.inc)
+        self.access_log = AccessLog(worker_index) if cfg.log.access else None
 
     def resolve(self, host: str) -> Route | None:
         return self.backends.resolve(host)
@@ -61,9 +67,27 @@ class WorkerL7Context:
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters.inc(name, n)
+        kind = POLICY_KIND.get(name)  # the bridge's refusals by name are policy blocks by kind too
+        if kind is not None:
+            self.counters.policy_block(kind)
 
-    def observe_latency(self, service: str, status: int, seconds: float) -> None:
-        self.counters.observe_latency(seconds)
+    def service_id(self, service: str) -> int:
+        table = self.backends.table()
+        return table.service_id(service) if table is not None else 0
+
+    def upstream(self, sidx: int, name: str) -> None:
+        self.counters.upstream(sidx, name)
+
+    def request_done(self, ex: _Exchange, seconds: float) -> None:
+        """An answered request: per-service status and latency, traffic side, header caps, access log."""
+        counters = self.counters
+        status = ex.status
+        counters.request(ex.sidx, status, seconds)
+        counters.traffic(ex.bridge.external, "requests")
+        if status == 431:
+            counters.policy_block("header_caps")
+        if self.access_log is not None:
+            self.access_log.write(ex, seconds)
 
     def inflight(self, delta: int) -> None:
         self.inflight_now += delta
@@ -75,7 +99,7 @@ class WorkerL7Context:
             self.edge_policy.cfg = values  # EdgePolicy reads its values from .cfg at decision time
         verdict = self.edge_policy.check(request.client_ip, request.host, request.target)
         if verdict is not None:
-            self.counters.inc(verdict.counter)
+            self.count(verdict.counter)
         return verdict
 
     def waf_gate(self) -> WafGate:

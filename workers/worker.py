@@ -10,7 +10,6 @@ import errno
 import gc
 import signal
 import socket
-import sys
 import time
 from typing import TypeVar
 
@@ -25,6 +24,7 @@ from sentin8.certstore import CertStore, ServerCert, store_dirname
 from sentin8.config import Config
 from sentin8.eventlog import event
 from sentin8.holds import Hold, OpenConnections
+from sentin8.metrics.scales import handshake_reason
 from sentin8.netclass import Classifier
 from sentin8.policy import EdgePolicy
 from sentin8.routing import RoutingTable
@@ -61,7 +61,7 @@ class Worker:
         self.index = index
         self.status_fd = status_fd
         self.counters = shared.worker_counters(slot)
-        self.counters.zero_gauges()
+        self.counters.claim(index)
         br = cfg.breaker
         self.breakers = shared.breakers(
             BreakerRules(br.failures, br.failure_ratio, br.min_requests, br.window_s, br.open_s, br.probe_timeout_s)
@@ -107,7 +107,9 @@ class Worker:
     async def _main(self) -> int:
         self.loop = asyncio.get_running_loop()
         self.stopped = self.loop.create_future()
-        self.l7 = WorkerL7Context(self.cfg, self.loop, self.counters, self.backends, self.policy, self.policy_values)
+        self.l7 = WorkerL7Context(
+            self.cfg, self.loop, self.counters, self.backends, self.policy, self.policy_values, self.index
+        )
         self.certs.bootstrap()  # first boot generates it (once, under a file lock), not the first handshake
         self.policy.waf_engine()  # the rule set loads now (~0.1 s), not on the first request
         https = bind_reuseport(
@@ -132,6 +134,7 @@ class Worker:
         self.loop.add_signal_handler(signal.SIGQUIT, self._stop_now)
         self.loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the supervisor replaces us instead
         lifecycle.send(self.status_fd, lifecycle.WORKER_LISTENING)
+        event("worker_listening", worker=self.index, listeners=len(self.listeners))  # a respawn shows as this too
         code = await self.stopped
         self.pipes.close()
         self.l7.pool.close()
@@ -200,7 +203,7 @@ class Worker:
         now = time.monotonic()
         if now - self._last_accept_warning > 1.0:
             self._last_accept_warning = now
-            print(f"sentin8-proxy: worker {self.index}: accept paused 100 ms: {exc}", file=sys.stderr, flush=True)
+            event("accept_paused", "warning", worker=self.index, pause_ms=100, error=exc.strerror or str(exc))
         fd = listener.fileno()
         self.loop.remove_reader(fd)
 
@@ -235,9 +238,11 @@ class Worker:
             except PeekFailed as exc:
                 self.counters.inc(exc.reason)
                 return
+            self.counters.traffic(not internal)
             if guaranteed_l4:
                 if over_cap:
                     self.counters.inc("refused_conn_cap_l4")
+                    self.counters.policy_block("conn_cap")
                     return
                 self.counters.inc("connections_internal_l4")
                 handed_off = await self._serve_l4(conn, hello.sni, hold)
@@ -245,15 +250,22 @@ class Worker:
             if not internal:
                 if over_cap:
                     self.counters.inc("refused_conn_cap_l7")  # answered 503 + close once it speaks HTTP
+                    self.counters.policy_block("conn_cap")
                 handed_off = await self.serve_external(conn, addr, hold, over_cap)
                 return
             if over_cap:
                 self.counters.inc("refused_conn_cap_l4")
+                self.counters.policy_block("conn_cap")
                 return
             self.counters.inc("connections_l4")
             handed_off = await self._serve_l4(conn, hello.sni, hold)
         except Exception as exc:  # a bug must cost one connection, never the worker
-            print(f"sentin8-proxy: worker {self.index}: connection error: {exc!r}", file=sys.stderr, flush=True)
+            # the type and where it was raised, not its text: an exception message may quote client bytes
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            where = f"{tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}" if tb is not None else ""
+            event("connection_error", "error", worker=self.index, error=type(exc).__name__, where=where)
         finally:
             if not handed_off:
                 conn.close()
@@ -286,6 +298,7 @@ class Worker:
     async def _serve_http(self, conn: socket.socket, addr: tuple, hold: Hold) -> None:
         """:80 — ACME HTTP-01 only, for every source; everything else is 404."""
         self.counters.inc("connections_http")
+        self.counters.traffic(not self.classifier.is_internal(addr[0]))
         try:
             await self.loop.connect_accepted_socket(lambda: self._new_http_bridge(addr, hold), sock=conn)
         except Exception:
@@ -295,6 +308,7 @@ class Worker:
     def _new_http_bridge(self, addr: tuple, hold: Hold) -> _TrackedHTTP:
         bridge = self._new_bridge(_TrackedHTTP, addr, "http")
         bridge.track(self.bridges, hold)
+        bridge.external = not self.classifier.is_internal(addr[0])
         return bridge
 
     def _new_bridge(self, kind: type[_B], addr: tuple, scheme: str) -> _B:
@@ -306,6 +320,7 @@ class Worker:
 
     def _handshake_error(self, reason: str) -> None:
         self.counters.inc("handshake_errors")
+        self.counters.handshake_error(handshake_reason(reason))
         if reason == "timeout":
             self.counters.inc("handshake_timeout")
         elif reason == tls.NO_APPLICATION_PROTOCOL_REASON:
@@ -342,6 +357,7 @@ class Worker:
         if route is None:
             self.counters.inc("unknown_sni")  # fail closed: never a default mapping
             return False
+        self.counters.l4_connection(route.sidx)
         backend = await self.connect_backend(route.service, table)
         if backend is None:
             return False

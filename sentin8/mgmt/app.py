@@ -23,6 +23,7 @@ from .. import routing
 from ..config import Config
 from ..eventlog import event
 from ..metrics.prometheus import exposition
+from ..metrics.summary import service_stats
 from ..runtime_policy import OverlayError
 from ..shm.snapshot import SnapshotCache
 from ..shm.state import SharedState
@@ -142,10 +143,9 @@ class MgmtApp:
         return self.shared.tls_health()
 
     def service_stats(self) -> dict[str, dict[str, Any]]:
-        """Per-service figures for /stats and the dashboard, once the counters carry them (issue #9): per service
-        ``requests``, ``status_2xx``..``status_5xx`` and ``latency_buckets_ms`` like the fleet's. Empty until then:
-        the dashboard shows one row of fleet totals."""
-        return {}
+        """Per-service figures for /stats and the dashboard (issue #9's shared counters): per service
+        ``requests``, ``status_2xx``..``status_5xx`` and ``latency_buckets_ms`` like the fleet's."""
+        return service_stats(self.shared)
 
     # ---- endpoints -----------------------------------------------------------------------------------
 

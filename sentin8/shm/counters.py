@@ -1,11 +1,35 @@
-"""Per-worker counters: one block per worker slot, one writer per block, readers sum the blocks.
+"""Shared counters: one block per worker slot, one writer per block, readers sum the blocks.
 
-Counters are cumulative across respawns (a new worker in a slot keeps adding); gauges (``GAUGES``) belong to
-the live process and the supervisor zeroes them when that process dies.
+A block holds the fleet-wide names (``NAMES``: connections, errors, handshake-error reasons, policy-block kinds,
+traffic sides, gauges) and then one row of ``SERVICE_WORDS`` per service index (``sentin8.shm.services``):
+requests per status slot, the latency histogram with its sum and interval max, upstream warm/cold/stale-retry
+and L4 connections. A worker increments words by index: no string-keyed dict is built per request.
+
+Totals are monotonic for the fleet's life. A worker that dies (or is replaced by a reload) has its block
+folded into the **retired** block by the supervisor at reap (``CounterReader.retire``) and zeroed for the
+next worker of that slot; readers sum live blocks + retired. The fold runs under a sequence word (odd while
+folding) so a reader never sees a count twice or not at all. Gauges (``GAUGES``) belong to the live process:
+they are zeroed at reap, never folded.
+
+Region layout: a 64-byte header (fold sequence, max epoch, publisher sequence), then ``slots`` worker blocks,
+the retired block and the publisher's baseline block (what the last ``stat:metrics`` document covered).
 """
 
 from __future__ import annotations
 
+import bisect
+import os
+import time
+from collections.abc import Callable
+
+from ..metrics.scales import (
+    LATENCY_BOUNDS_S,
+    LATENCY_BOUNDS_US,
+    LATENCY_BUCKETS,
+    OTHER_STATUS_SLOT,
+    STATUS_SLOT_OF,
+    STATUS_SLOTS,
+)
 from .region import CACHE_LINE, align
 
 NAMES: tuple[str, ...] = (
@@ -115,59 +139,130 @@ NAMES: tuple[str, ...] = (
     "breaker_closed",
     "unknown_counter",  # a name missing from this table: counted here rather than crash a connection
     "gauge_underflow",  # a gauge decremented below zero: a release without its acquire (a bug; tests assert 0)
-    # latency histogram of L7 responses (upper bounds in ms) and its sum
-    "latency_le_1ms",
-    "latency_le_5ms",
-    "latency_le_10ms",
-    "latency_le_25ms",
-    "latency_le_50ms",
-    "latency_le_100ms",
-    "latency_le_250ms",
-    "latency_le_500ms",
-    "latency_le_1000ms",
-    "latency_le_5000ms",
-    "latency_le_inf",
-    "latency_sum_us",
+    # traffic by source side (network.internal_cidrs): connections and L7 requests
+    "traffic_external_connections",
+    "traffic_internal_connections",
+    "traffic_external_requests",
+    "traffic_internal_requests",
+    # client TLS handshake failures by reason (WorkerCounters.handshake_error; sentin8.metrics.scales)
+    "handshake_error_classical_only",
+    "handshake_error_timeout",
+    "handshake_error_protocol_version",
+    "handshake_error_eof",
+    "handshake_error_alpn",
+    "handshake_error_protocol_error",
+    # requests refused by policy, by kind (WorkerCounters.policy_block); add a kind by adding a name here
+    "policy_block_rate_limit",
+    "policy_block_waf",
+    "policy_block_header_caps",
+    "policy_block_conn_cap",  # over the per-client connection cap (limits)
+    "policy_block_inflight_cap",  # over the worker's in-flight request cap: 503
+    "policy_block_other",
     # gauges
     "l4_active",
     "active_connections",  # L7 requests in flight: the drain signal
     "open_connections",
 )
 GAUGES = ("l4_active", "active_connections", "open_connections")
-MAX_COUNTERS = 128
+MAX_COUNTERS = 256  # room for the names other features add; the last three words are the block's own
+_PID = MAX_COUNTERS - 1  # pid of the process writing the block (0 = none): Prometheus reads its RSS
+_EPOCH = MAX_COUNTERS - 2  # the max epoch the block's latency maxima belong to
+_WORKER = MAX_COUNTERS - 3  # the writer's worker index + 1 (0 = none)
 INDEX = {name: i for i, name in enumerate(NAMES)}
 _UNKNOWN = INDEX["unknown_counter"]
 _UNDERFLOW = INDEX["gauge_underflow"]
-_LATENCY = tuple(
-    (float(n.removeprefix("latency_le_").removesuffix("ms")) if n != "latency_le_inf" else float("inf"), INDEX[n])
-    for n in NAMES
-    if n.startswith("latency_le_")
+_STATUS_SLOT_OF = STATUS_SLOT_OF
+_OTHER_STATUS_SLOT = OTHER_STATUS_SLOT
+_BOUNDS_US = LATENCY_BOUNDS_US
+_bisect = bisect.bisect_left
+assert len(NAMES) <= _WORKER, "NAMES outgrew MAX_COUNTERS"
+_GAUGE_INDEXES = frozenset(INDEX[g] for g in GAUGES)
+_SKIP_FOLD = _GAUGE_INDEXES | {_PID, _EPOCH, _WORKER}  # belong to the live process, never folded
+
+HANDSHAKE_PREFIX = "handshake_error_"
+POLICY_PREFIX = "policy_block_"
+TRAFFIC_NAMES = {
+    (side, what): INDEX[f"traffic_{side}_{what}"]
+    for side in ("external", "internal")
+    for what in ("connections", "requests")
+}
+
+
+def _by_prefix(prefix: str) -> dict[str, int]:
+    return {n.removeprefix(prefix): INDEX[n] for n in NAMES if n.startswith(prefix)}
+
+
+HANDSHAKE_REASONS = _by_prefix(HANDSHAKE_PREFIX)  # reason -> word
+POLICY_KINDS = _by_prefix(POLICY_PREFIX)  # kind -> word
+_HS_OTHER = HANDSHAKE_REASONS["protocol_error"]
+_POLICY_OTHER = POLICY_KINDS["other"]
+
+# One row per service index.
+S_STATUS = 0  # STATUS_SLOTS words: requests by status slot (sentin8.metrics.scales.STATUS_LABELS)
+S_LATENCY = S_STATUS + STATUS_SLOTS  # LATENCY_BUCKETS words, not cumulative
+S_LAT_SUM_US = S_LATENCY + LATENCY_BUCKETS
+S_LAT_MAX_US = S_LAT_SUM_US + 1  # the largest duration of the current max epoch (an interval's max)
+S_WARM = S_LAT_MAX_US + 1
+S_COLD = S_WARM + 1
+S_STALE_RETRY = S_COLD + 1
+S_L4 = S_STALE_RETRY + 1
+SERVICE_WORDS = align(S_L4 + 1, 8)
+UPSTREAM_KINDS = {"warm": S_WARM, "cold": S_COLD, "stale_retry": S_STALE_RETRY}
+# The fleet-wide latency histogram, as ``total()`` reports it (derived from the per-service rows, not stored):
+# ``latency_le_<bound>ms`` per bucket, ``latency_le_inf``, and ``latency_sum_us``.
+LATENCY_NAMES: tuple[str, ...] = (
+    *(f"latency_le_{b * 1000:g}ms" for b in LATENCY_BOUNDS_S),
+    "latency_le_inf",
+    "latency_sum_us",
 )
-_LAT_SUM = INDEX["latency_sum_us"]
-BLOCK_BYTES = align(MAX_COUNTERS * 8, CACHE_LINE)
-assert len(NAMES) <= MAX_COUNTERS
+_UPSTREAM_BY_NAME = {  # name -> (fleet-wide word, offset in the service row)
+    "upstream_warm": (INDEX["upstream_warm"], S_WARM),
+    "upstream_cold": (INDEX["upstream_cold"], S_COLD),
+    "upstream_stale_retry": (INDEX["upstream_stale_retry"], S_STALE_RETRY),
+}
+_TRAFFIC_EXTERNAL = {what: TRAFFIC_NAMES[("external", what)] for what in ("connections", "requests")}
+_TRAFFIC_INTERNAL = {what: TRAFFIC_NAMES[("internal", what)] for what in ("connections", "requests")}
+
+HEADER_WORDS = 8
+H_FOLD_SEQ = 0  # odd while the supervisor folds a dead worker's block into the retired block
+H_EPOCH = 1  # latency max epoch: the publisher bumps it after each document
+H_DOC_SEQ = 2  # the publisher's document sequence number (continues across resolver restarts)
+H_PUBLISH_FAILED = 3  # documents not published (Valkey unreachable)
+H_PUBLISHED = 4  # documents published
 
 
-def region_bytes(slots: int) -> int:
-    return slots * BLOCK_BYTES
+def block_words(services: int) -> int:
+    return align((MAX_COUNTERS + services * SERVICE_WORDS) * 8, CACHE_LINE) // 8
+
+
+def region_bytes(slots: int, services: int) -> int:
+    """``slots`` worker blocks + the retired block + the publisher's baseline block, after the header."""
+    return HEADER_WORDS * 8 + (slots + 2) * block_words(services) * 8
+
+
+def _block(view: memoryview, index: int, services: int) -> memoryview:
+    n = block_words(services)
+    start = HEADER_WORDS * 8 + index * n * 8
+    return view[start : start + n * 8].cast("Q")
 
 
 class WorkerCounters:
-    """The writer's handle on its own block."""
+    """The writer's handle on its own block: every method is a few indexed word updates."""
 
-    def __init__(self, view: memoryview, slot: int) -> None:
-        start = slot * BLOCK_BYTES
-        self.words = view[start : start + BLOCK_BYTES].cast("Q")
+    def __init__(self, view: memoryview, slot: int, services: int = 0) -> None:
+        self.words = _block(view, slot, services)
+        self._header = view[: HEADER_WORDS * 8].cast("Q")
+        self.services = services
+
+    def claim(self, worker: int = 0) -> None:
+        """Called by the worker at start: zero its gauges, record its pid and index for readers."""
+        self.zero_gauges()
+        self.words[_WORKER] = worker + 1
+        self.words[_PID] = os.getpid()
 
     def inc(self, name: str, n: int = 1) -> None:
         i = INDEX.get(name, _UNKNOWN)
         self.words[i] = self.words[i] + n
-
-    def observe_latency(self, seconds: float) -> None:
-        ms = seconds * 1000.0
-        i = next(index for bound, index in _LATENCY if ms <= bound)  # the last bound is inf
-        self.words[i] = self.words[i] + 1
-        self.words[_LAT_SUM] = self.words[_LAT_SUM] + int(seconds * 1e6)
 
     def add_gauge(self, name: str, delta: int) -> None:
         i = INDEX[name]
@@ -179,28 +274,203 @@ class WorkerCounters:
         self.words[i] = value
 
     def zero_gauges(self) -> None:
-        for name in GAUGES:
-            self.words[INDEX[name]] = 0
+        for i in _GAUGE_INDEXES:
+            self.words[i] = 0
+
+    # ---- per service: ``sidx`` is the route's service index (sentin8.shm.services) -----------------------
+
+    def _row(self, sidx: int) -> int:
+        if not 0 <= sidx < self.services:
+            sidx = 1 if self.services > 1 else 0  # _other: never dropped, never out of the block
+        return MAX_COUNTERS + sidx * SERVICE_WORDS
+
+    def request(self, sidx: int, status: int, seconds: float) -> None:
+        """One answered request: its status and its duration (request start -> last response byte).
+
+        The hot path of the metrics (~0.5 µs): a handful of indexed word updates, lookups in lists and a
+        C bisect; no string, no dict, no allocation but the ints."""
+        if not 0 <= sidx < self.services:
+            if not self.services:
+                return
+            sidx = 1 if self.services > 1 else 0  # _other
+        w = self.words
+        row = MAX_COUNTERS + sidx * SERVICE_WORDS
+        i = row + (_STATUS_SLOT_OF[status] if 0 <= status < 600 else _OTHER_STATUS_SLOT)
+        w[i] += 1
+        us = int(seconds * 1e6) if seconds > 0 else 0
+        i = row + S_LATENCY + _bisect(_BOUNDS_US, us)
+        w[i] += 1
+        w[row + S_LAT_SUM_US] += us
+        epoch = self._header[H_EPOCH]
+        if w[_EPOCH] != epoch:  # a new interval: the maxima of the last one were published
+            for s in range(self.services):
+                w[MAX_COUNTERS + s * SERVICE_WORDS + S_LAT_MAX_US] = 0
+            w[_EPOCH] = epoch
+        i = row + S_LAT_MAX_US
+        if us > w[i]:
+            w[i] = us
+
+    def upstream(self, sidx: int, name: str) -> None:
+        """``upstream_warm`` | ``upstream_cold`` | ``upstream_stale_retry``: the fleet-wide name and the service's."""
+        got = _UPSTREAM_BY_NAME.get(name)
+        if got is None:
+            self.inc(name)
+            return
+        index, offset = got
+        w = self.words
+        w[index] += 1
+        if self.services:
+            w[self._row(sidx) + offset] += 1
+
+    def l4_connection(self, sidx: int) -> None:
+        if self.services:
+            i = self._row(sidx) + S_L4
+            self.words[i] = self.words[i] + 1
+
+    # ---- fleet-wide, by reason or kind: one call each for the features that count them ---------------
+
+    def handshake_error(self, reason: str) -> None:
+        """A failed client TLS handshake; ``reason`` from ``sentin8.metrics.scales.handshake_reason``."""
+        i = HANDSHAKE_REASONS.get(reason, _HS_OTHER)
+        self.words[i] = self.words[i] + 1
+
+    def policy_block(self, kind: str) -> None:
+        """A request refused by policy: ``rate_limit``, ``waf``, ``header_caps``, or a kind added to NAMES as
+        ``policy_block_<kind>`` (an unknown kind counts as ``other``)."""
+        i = POLICY_KINDS.get(kind, _POLICY_OTHER)
+        self.words[i] = self.words[i] + 1
+
+    def traffic(self, external: bool, what: str = "connections") -> None:
+        """A connection or an L7 request (``what``), by source side."""
+        i = (_TRAFFIC_EXTERNAL if external else _TRAFFIC_INTERNAL)[what]
+        self.words[i] += 1
 
 
 class CounterReader:
-    def __init__(self, view: memoryview, slots: int) -> None:
+    def __init__(
+        self, view: memoryview, slots: int, services: int = 0, names_in_use: Callable[[], int] | None = None
+    ) -> None:
+        self._names_in_use = names_in_use  # ServiceNames.count: rows past it are all zero, skip them
         self._view = view
+        self._header = view[: HEADER_WORDS * 8].cast("Q")
         self.slots = slots
+        self.services = services
+        self.retired_index = slots
+        self.baseline_index = slots + 1
+
+    def _words(self, index: int) -> memoryview:
+        return _block(self._view, index, self.services)
 
     def block(self, slot: int) -> dict[str, int]:
-        start = slot * BLOCK_BYTES
-        w = self._view[start : start + BLOCK_BYTES].cast("Q")
+        w = self._words(slot)
         return {name: w[i] for i, name in enumerate(NAMES)}
 
-    def total(self) -> dict[str, int]:
-        out = dict.fromkeys(NAMES, 0)
+    def writers(self) -> list[tuple[int, int]]:
+        """(worker index, pid) of every block with a live writer (the supervisor clears a block at reap)."""
+        out = []
         for slot in range(self.slots):
-            start = slot * BLOCK_BYTES
-            w = self._view[start : start + BLOCK_BYTES].cast("Q")
-            for i, name in enumerate(NAMES):
-                out[name] += w[i]
+            w = self._words(slot)
+            pid = w[_PID]
+            if pid:
+                out.append((w[_WORKER] - 1, pid))
         return out
 
+    def header(self, word: int) -> int:
+        return self._header[word]
+
+    def set_header(self, word: int, value: int) -> None:
+        """Header words the publisher owns (epoch, document sequence, publish counts)."""
+        self._header[word] = value
+
+    def total(self) -> dict[str, int]:
+        """Fleet-wide names summed over live blocks and the retired block (``SIGUSR1`` stats, /health), plus
+        the fleet-wide latency histogram (``LATENCY_NAMES``) summed over every service's."""
+        words = self.read()
+        out = {name: words[i] for i, name in enumerate(NAMES)}
+        hist = [0] * (LATENCY_BUCKETS + 1)  # the buckets, then the sum
+        for start in range(MAX_COUNTERS, len(words), SERVICE_WORDS):
+            for b in range(LATENCY_BUCKETS + 1):
+                hist[b] += words[start + S_LATENCY + b]
+        out.update(zip(LATENCY_NAMES, hist, strict=True))
+        return out
+
+    def read(self, used_services: int | None = None) -> list[int]:
+        """Every word (fleet-wide + the first ``used_services`` rows; default: the rows of every service
+        named so far) summed over live + retired blocks, retried while a fold runs so nothing is counted
+        twice or missed. Latency maxima are the max over the blocks of the current epoch, not a sum."""
+        if used_services is None:
+            used_services = self._names_in_use() if self._names_in_use is not None else self.services
+        used = min(used_services, self.services)
+        n = MAX_COUNTERS + used * SERVICE_WORDS
+        max_offsets = [MAX_COUNTERS + s * SERVICE_WORDS + S_LAT_MAX_US for s in range(used)]
+        for _ in range(1000):
+            seq = self._header[H_FOLD_SEQ]
+            if seq & 1:
+                time.sleep(0.001)
+                continue
+            epoch = self._header[H_EPOCH]
+            total = [0] * n
+            for index in range(self.slots + 1):
+                block = self._words(index)[:n].tolist()
+                if not any(block):
+                    continue
+                total = [a + b for a, b in zip(total, block, strict=True)]
+            # maxima: not summed but the largest of this epoch
+            for off in max_offsets:
+                total[off] = 0
+            for index in range(self.slots + 1):
+                w = self._words(index)
+                if w[_EPOCH] != epoch:
+                    continue
+                for off in max_offsets:
+                    if w[off] > total[off]:
+                        total[off] = w[off]
+            if self._header[H_FOLD_SEQ] == seq:
+                return total
+        raise RuntimeError("counters: a fold never finished (supervisor stuck?)")
+
+    def baseline(self, used_services: int) -> list[int]:
+        n = MAX_COUNTERS + min(used_services, self.services) * SERVICE_WORDS
+        return self._words(self.baseline_index)[:n].tolist()
+
+    def set_baseline(self, words: list[int]) -> None:
+        """The publisher records what its last document covered (survives a resolver restart)."""
+        w = self._words(self.baseline_index)
+        for i, v in enumerate(words):
+            w[i] = v
+
     def zero_gauges(self, slot: int) -> None:
-        WorkerCounters(self._view, slot).zero_gauges()
+        w = self._words(slot)
+        for i in _GAUGE_INDEXES:
+            w[i] = 0
+
+    def retire(self, slot: int) -> None:
+        """Fold a dead worker's block into the retired block and zero it (the supervisor, at reap).
+
+        Only the supervisor calls this, after the writer is gone: the slot has no writer during the fold.
+        """
+        w = self._words(slot)
+        r = self._words(self.retired_index)
+        h = self._header
+        epoch = h[H_EPOCH]
+        h[H_FOLD_SEQ] = h[H_FOLD_SEQ] + 1  # odd: readers retry
+        try:
+            if r[_EPOCH] != epoch:
+                for s in range(self.services):
+                    r[MAX_COUNTERS + s * SERVICE_WORDS + S_LAT_MAX_US] = 0
+                r[_EPOCH] = epoch
+            same_epoch = w[_EPOCH] == epoch
+            for i in range(len(w)):
+                v = w[i]
+                if not v or i in _SKIP_FOLD:
+                    continue
+                if i >= MAX_COUNTERS and (i - MAX_COUNTERS) % SERVICE_WORDS == S_LAT_MAX_US:
+                    if same_epoch and v > r[i]:
+                        r[i] = v
+                else:
+                    r[i] = r[i] + v
+            for i in range(len(w)):
+                if w[i]:
+                    w[i] = 0
+        finally:
+            h[H_FOLD_SEQ] = h[H_FOLD_SEQ] + 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..breaker import BreakerRules
 from ..config import Config
 from ..ticketkeys import TicketKeyRing
-from . import certreport, counters, mgmt_refusals, snapshot
+from . import certreport, counters, mgmt_refusals, services, snapshot
 from . import fleet as fleet_state
 from . import jti as jti_region
 from . import policy as policy_region
@@ -31,7 +31,10 @@ class SharedState:
         self.region.reserve("breakers", breaker_bytes(self.breaker_slots))
         self.conncap_slots = cfg.shm.conncap_slots
         self.region.reserve("conncap", conncap_bytes(self.conncap_slots, worker_slots))
-        self.region.reserve("counters", counters.region_bytes(worker_slots))
+        self.services = cfg.shm.metrics_services
+        self.tls_dirs = (cfg.tls.cert_dir, cfg.tls.state_dir)  # the mgmt process reads certificate expiry there
+        self.region.reserve("counters", counters.region_bytes(worker_slots, self.services))
+        self.region.reserve("services", services.region_bytes(self.services))
         self.ratelimit_slots = cfg.shm.ratelimit_slots
         self.region.reserve("ratelimit", ratelimit_bytes(self.ratelimit_slots))
         self.region.reserve("policy", policy_region.region_bytes())
@@ -41,6 +44,7 @@ class SharedState:
         self.region.reserve("ticketkeys", TicketKeyRing.REGION_BYTES)
         self.region.reserve("certreport", certreport.region_bytes(worker_slots))
         self.region.allocate()
+        self.service_names().initialize()
         self.ticket_key_rotation_s = cfg.tls.ticket_key_rotation_s
         # Built before the supervisor forks: every worker, respawned ones too, seals tickets with these keys.
         self.ticket_keys().seed()
@@ -63,10 +67,14 @@ class SharedState:
         return ConnectionCounts(self.region.view("conncap"), self.conncap_slots, self.worker_slots, slot)
 
     def worker_counters(self, slot: int) -> counters.WorkerCounters:
-        return counters.WorkerCounters(self.region.view("counters"), slot)
+        return counters.WorkerCounters(self.region.view("counters"), slot, self.services)
 
     def counter_reader(self) -> counters.CounterReader:
-        return counters.CounterReader(self.region.view("counters"), self.worker_slots)
+        names = self.service_names()
+        return counters.CounterReader(self.region.view("counters"), self.worker_slots, self.services, names.count)
+
+    def service_names(self) -> services.ServiceNames:
+        return services.ServiceNames(self.region.view("services"), self.services)
 
     def buckets(self) -> BucketTable:
         return BucketTable(self.region.view("ratelimit"), self.ratelimit_slots, self.ratelimit_lock_fd)

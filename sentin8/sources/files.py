@@ -8,6 +8,7 @@ import os
 import time
 
 from ..config import Config, ConfigError, load_file
+from ..eventlog import event
 from ..routing import Instance, Route, RoutingTable, build
 from . import Publish
 
@@ -63,7 +64,7 @@ class FileRunner:
                 self.cfg = load_file(self.path)
             except ConfigError as exc:
                 self.last_error = str(exc)
-                print(f"sentin8-proxy: resolver: config reload failed, keeping last table: {exc}", flush=True)
+                event("config_reload_failed", "error", reason=str(exc), action="keeping the last table")
                 continue
             self.last_error = None
             publish(file_table(self.cfg))

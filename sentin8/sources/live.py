@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import sys
 import time
 from typing import Any
 
@@ -41,6 +40,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from ..config import Config
+from ..eventlog import event
 from ..routing import Instance, Route, RoutingTable, build, encode
 from . import Publish
 from .domains import CHANGED_CHANNEL as DOMAIN_CHANNEL
@@ -57,10 +57,6 @@ _KEEPALIVE = {
     socket.TCP_KEEPCNT: 3,
     socket.TCP_USER_TIMEOUT: 45_000,
 }
-
-
-def _log(msg: str) -> None:
-    print(f"sentin8-proxy: resolver: {msg}", file=sys.stderr, flush=True)
 
 
 def _describe(exc: BaseException) -> str:
@@ -202,7 +198,7 @@ class LiveRunner:
             self._publish(table)
         except Exception as exc:  # e.g. too large for shared memory: keep serving the last one, retry next time
             self._publish_error = _describe(exc)
-            _log(f"publishing the routing table failed, the previous one stays: {self._publish_error}")
+            event("snapshot_publish_failed", "error", error=self._publish_error, action="the previous table stays")
             return
         self._publish_error = None
         self._published_key = key
@@ -252,7 +248,14 @@ class LiveRunner:
             raise
         except Exception as exc:
             if src.ok or src.failures == 0:  # log transitions, not every retry
-                _log(f"{src.name} ({src.kind}) load failed, serving the last good data as stale: {_describe(exc)}")
+                event(
+                    "source_outage",
+                    "warning",
+                    source=src.name,
+                    kind=src.kind,
+                    error=_describe(exc),
+                    action="serving the last good data as stale",
+                )
             src.ok = False
             src.failures += 1
             src.last_error = _describe(exc)
@@ -260,7 +263,7 @@ class LiveRunner:
             self._rebuild()
             return False
         if not src.ok and src.failures:
-            _log(f"{src.name} ({src.kind}) loaded again")
+            event("source_recovered", source=src.name, kind=src.kind, failures=src.failures)
             if src is self.registry and src.last_success:
                 now = time.time()
                 self._health_lag = (now - src.last_success, now + self.cfg.sources.health_fresh_s)
@@ -306,7 +309,13 @@ class LiveRunner:
             if attempt < retries:
                 await asyncio.sleep(self.cfg.sources.boot_retry_interval_s)
         names = ", ".join(s.name for s in live)
-        _log(f"boot: {names} still failing after {retries} retries; starting with what is known, marked stale")
+        event(
+            "source_boot_incomplete",
+            "warning",
+            sources=names,
+            retries=retries,
+            action="starting with what is known, marked stale",
+        )
         for src in live:
             src.request()  # the loaders keep trying, with backoff
 
@@ -330,6 +339,8 @@ class LiveRunner:
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(REGISTRY_CHANNEL, DOMAIN_CHANNEL)
+                if self._sub["connects"] and self._sub["last_error"] is not None:
+                    event("source_subscription_restored", connects=self._sub["connects"] + 1)
                 self._sub["connected"] = True
                 self._sub["connects"] += 1
                 backoff = self.backoff_initial_s
@@ -346,7 +357,7 @@ class LiveRunner:
                 raise
             except Exception as exc:
                 if self._sub["connected"] or self._sub["last_error"] is None:
-                    _log(f"valkey subscription lost, retrying: {_describe(exc)}")
+                    event("source_subscription_lost", "warning", error=_describe(exc), action="retrying")
                 self._sub["connected"] = False
                 self._sub["last_error"] = _describe(exc)
                 self._sub["last_error_at"] = time.time()
