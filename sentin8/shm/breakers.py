@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from .. import breaker
 from ..breaker import BreakerRules
-from .suspects import key_of
+from .suspects import InstanceKeys
 
 PROBE = 8
 ENTRY = 8  # key + breaker.WORDS, padded
@@ -34,15 +34,7 @@ class BreakerTable:
         self._mask = slots - 1
         self.rules = rules
         self.clock = clock
-        self._keys: dict[str, int] = {}
-
-    def _key(self, instance_id: str) -> int:
-        k = self._keys.get(instance_id)
-        if k is None:
-            if len(self._keys) > 100_000:
-                self._keys.clear()
-            k = self._keys[instance_id] = key_of(instance_id)
-        return k
+        self._key = InstanceKeys()
 
     def _find(self, k: int) -> int:
         w = self._w

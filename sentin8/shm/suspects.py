@@ -17,24 +17,34 @@ def key_of(instance_id: str) -> int:
     return k or 1  # 0 marks an empty slot
 
 
-class SuspectTable:
-    def __init__(self, view: memoryview, slots: int) -> None:
-        assert slots & (slots - 1) == 0
-        self._w = view.cast("Q")
-        self._mask = slots - 1
+class InstanceKeys:
+    """``key_of`` memoised: the shared tables look an instance up per connection or request, and a hash per
+    lookup would cost more than the lookup. Bounded: a registry that churns ids cannot grow it past 100,000."""
+
+    __slots__ = ("_keys",)
+
+    def __init__(self) -> None:
         self._keys: dict[str, int] = {}
 
-    @staticmethod
-    def region_bytes(slots: int) -> int:
-        return slots * 16
-
-    def _key(self, instance_id: str) -> int:
+    def __call__(self, instance_id: str) -> int:
         k = self._keys.get(instance_id)
         if k is None:
             if len(self._keys) > 100_000:
                 self._keys.clear()
             k = self._keys[instance_id] = key_of(instance_id)
         return k
+
+
+class SuspectTable:
+    def __init__(self, view: memoryview, slots: int) -> None:
+        assert slots & (slots - 1) == 0
+        self._w = view.cast("Q")
+        self._mask = slots - 1
+        self._key = InstanceKeys()
+
+    @staticmethod
+    def region_bytes(slots: int) -> int:
+        return slots * 16
 
     def mark(self, instance_id: str, until_us: int) -> None:
         w = self._w
