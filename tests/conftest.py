@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.peers import Fleet, TLSBackend
+from tests.peers import Fleet, HTTPBackend, TLSBackend
 
 
 @pytest.fixture
@@ -37,3 +37,11 @@ def fleet_factory(tmp_path):
 
 
 pytest_plugins = ["tests.servers"]
+
+
+@pytest.fixture
+def web():
+    """A plain HTTP backend (service "web") for the fleet tests that need one; closed after the test."""
+    backend = HTTPBackend("web")
+    yield backend
+    backend.close()

@@ -19,18 +19,11 @@ from OpenSSL import SSL
 
 from tests import hellos
 from tests.netns import external_host  # noqa: F401 - fixture
-from tests.peers import HTTPBackend, free_port, wait_until
+from tests.peers import free_port, wait_until
 from tests.pqclient import PQClient
 
 PROTOCOL_VERSION_ALERT = bytes.fromhex("15030300020246")
 UNEXPECTED_MESSAGE_ALERT = bytes.fromhex("1503030002020a")
-
-
-@pytest.fixture
-def web():
-    backend = HTTPBackend("web")
-    yield backend
-    backend.close()
 
 
 def web_body(port: int) -> str:

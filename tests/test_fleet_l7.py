@@ -28,13 +28,6 @@ RESERVED = [
 ]
 
 
-@pytest.fixture
-def web():
-    backend = HTTPBackend("web")
-    yield backend
-    backend.close()
-
-
 def l7_fleet(fleet_factory, backend, **kw):
     return fleet_factory(
         f"""
@@ -351,7 +344,6 @@ def test_sigterm_drains_an_in_flight_l7_request_and_the_gauge_shows_it(external_
 
 def test_bridge_mode_forwards_over_tls_with_a_client_certificate(external_host, fleet_factory, tmp_path):  # noqa: F811
     from supervisor.demo import write_demo_cert
-    from tests.peers import HTTPBackend
 
     (tmp_path / "srv").mkdir()
     (tmp_path / "cli").mkdir()

@@ -18,17 +18,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.netns import external_host  # noqa: F401 - fixture
-from tests.peers import HTTPBackend, roundtrip, wait_until
+from tests.peers import roundtrip, wait_until
 from tests.pqclient import PQClient
 
 INTERVAL = 1.0
-
-
-@pytest.fixture
-def web():
-    backend = HTTPBackend("web")
-    yield backend
-    backend.close()
 
 
 class Documents:

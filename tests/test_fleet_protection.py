@@ -9,16 +9,8 @@ import time
 import pytest
 
 from tests.netns import external_host  # noqa: F401 - fixture
-from tests.peers import HTTPBackend
 from tests.pqclient import PQClient
 from tests.test_fleet_l7 import l7_fleet, request
-
-
-@pytest.fixture
-def web():
-    backend = HTTPBackend("web")
-    yield backend
-    backend.close()
 
 
 def _head(resp: bytes) -> tuple[int, dict[str, str]]:

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests import mgmt_client as mc
-from tests.peers import REPO, HTTPBackend, wait_until
+from tests.peers import REPO, wait_until
 
 BODY = """
 [[instances]]
@@ -36,13 +36,6 @@ app_id = "app-1"
 hostname = "*.wild.test"
 service = "web"
 """
-
-
-@pytest.fixture
-def web():
-    backend = HTTPBackend("web")
-    yield backend
-    backend.close()
 
 
 @pytest.fixture

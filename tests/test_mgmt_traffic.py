@@ -12,19 +12,12 @@ import pytest
 
 from tests import mgmt_client as mc
 from tests.netns import external_host  # noqa: F401 - fixture
-from tests.peers import HTTPBackend, wait_until
+from tests.peers import wait_until
 from tests.pqclient import PQClient
 from tests.test_fleet_live import Platform, hostname, routes_to
 
 SNI = "shop.apps.test"
 GET = b"GET /x HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n"
-
-
-@pytest.fixture
-def web():
-    backend = HTTPBackend("web")
-    yield backend
-    backend.close()
 
 
 def l7_body(port: int) -> str:

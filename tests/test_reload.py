@@ -10,23 +10,15 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from OpenSSL import SSL
 
 from tests.load import Load
 from tests.netns import external_host  # noqa: F401 - fixture
-from tests.peers import REPO, HTTPBackend, tls_client, wait_until
+from tests.peers import REPO, tls_client, wait_until
 from tests.pqclient import PQClient
 
 RELOADS = int(os.environ.get("SENTIN8_RELOADS", "100"))
 FAST_DRAIN = "drain_timeout_s = 3\ndrain_idle_grace_s = 0.5"
-
-
-@pytest.fixture
-def web():
-    backend = HTTPBackend("web")
-    yield backend
-    backend.close()
 
 
 def mixed_body(web_port: int, shop_port: int) -> str:
