@@ -322,3 +322,58 @@ def test_upgrade_beside_a_running_fleet_takes_the_mgmt_port_over(tmp_path, fleet
         assert status == 200  # the new fleet's own secret: it is the one answering
     finally:
         new.stop()
+
+
+def test_requests_racing_mgmt_restarts_all_get_answers(fleet):
+    """A reload restarts the management process; requests that race its exit, on fresh connections or on a
+    keep-alive one, are all answered (by the old process, with Connection: close, or the new one), none reset."""
+    import http.client
+    import threading
+    from urllib.parse import urlsplit
+
+    url = fleet.mgmt_url
+    wait_until(lambda: mc.call(url, "GET", "/health")[0] == 200, 10, what="mgmt up")
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    stop = threading.Event()
+    answered: list[int] = []
+    errors: list[str] = []
+
+    def fresh_connections() -> None:
+        while not stop.is_set():
+            try:
+                answered.append(mc.call(url, "GET", "/health")[0])
+            except Exception as exc:
+                errors.append(f"fresh: {exc!r}")
+
+    def keep_alive() -> None:
+        conn = http.client.HTTPConnection(host, port, timeout=5)
+        while not stop.is_set():
+            try:
+                conn.request("GET", "/health")
+                resp = conn.getresponse()
+                resp.read()
+                answered.append(resp.status)
+                if resp.will_close:  # the old process said Connection: close: the next request opens anew
+                    conn.close()
+            except Exception as exc:
+                errors.append(f"keep-alive: {exc!r}")
+                conn.close()
+
+    threads = [threading.Thread(target=fresh_connections), threading.Thread(target=keep_alive)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(4):
+            old = mgmt_pid(fleet)
+            seen = len(fleet.events("reload_done"))
+            fleet.signal(signal.SIGHUP)
+            wait_until(lambda seen=seen: len(fleet.events("reload_done")) > seen, 20, 0.05, what="reload done")
+            wait_until(lambda old=old: mgmt_pid(fleet) not in (None, old), 10, 0.05, what="a new mgmt process")
+            start = len(answered)
+            wait_until(lambda start=start: len(answered) > start + 5, 10, 0.02, what="the new mgmt answering")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    assert not errors, errors[:5]
+    assert answered and set(answered) == {200}
