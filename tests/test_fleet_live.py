@@ -172,20 +172,20 @@ def test_draining_and_stale_instances_get_no_new_connections(platform, backend_f
     platform.set_instance("shop", "shop-b", b.port, age=0)
     platform.add_app("shop", "shop")
     fleet = fleet_factory("", extra=platform.sources(health_fresh_s=3))
-    wait_until(lambda: routes_to(fleet.port, hostname("shop"), b"b"), 5, what="b serving")
+    wait_until(lambda: routes_to(fleet.port, hostname("shop"), b"b"), 15, what="b serving")
     # Captain marks b Draining and says so: new connections go to a only
     platform.set_instance("shop", "shop-b", b.port, state="Draining")
-    wait_until(lambda: all(routes_to(fleet.port, hostname("shop"), b"a") for _ in range(6)), 5, what="b drained")
+    wait_until(lambda: all(routes_to(fleet.port, hostname("shop"), b"a") for _ in range(6)), 15, what="b drained")
     # b back Active, but its heartbeat will stop: refreshed without an event, as Captain does
     platform.set_instance("shop", "shop-b", b.port)
-    wait_until(lambda: routes_to(fleet.port, hostname("shop"), b"b"), 5, what="b back")
+    wait_until(lambda: routes_to(fleet.port, hostname("shop"), b"b"), 15, what="b back")
     # b's heartbeats stop while a's go on (unannounced, as Captain does): b leaves rotation on time
 
     def only_a() -> bool:
         platform.set_instance("shop", "shop-a", a.port, publish=False)
         return all(routes_to(fleet.port, hostname("shop"), b"a") for _ in range(6))
 
-    wait_until(only_a, 8, 0.2, what="b stale")
+    wait_until(only_a, 20, 0.2, what="b stale")
 
 
 def test_valkey_and_postgres_outages_serve_the_stale_table_then_recover(platform, backend_factory, fleet_factory):

@@ -1671,8 +1671,9 @@ def test_quadratic_inputs_answered_fast_while_another_client_is_served(start, ba
     answered.sort()
     latencies.sort()
     assert answered[len(answered) // 2] < 0.1, answered  # each one answered well within 100 ms
-    # the inspection runs off the loop: the other client does not wait for it (inline, the median was ~20 ms)
-    assert latencies[len(latencies) // 2] < 0.01, latencies[len(latencies) // 2]
+    # the inspection runs off the loop (the counter below): the other client does not wait for it (inline, the
+    # median was ~20 ms; the bound leaves room for a busy 2-core CI machine)
+    assert latencies[len(latencies) // 2] < 0.05, latencies[len(latencies) // 2]
     assert proxy.counters["waf_offloaded"] >= len(answered)
     settled(proxy)
 
@@ -1764,7 +1765,8 @@ def test_a_waf_turned_on_at_run_time_loads_its_rules_off_the_loop(start, backend
         t0 = time.monotonic()
         proxy.call(lambda: None)
         stalls.append(time.monotonic() - t0)
-    assert stalls and max(stalls) < 0.05, max(stalls)
+    stalls.sort()  # inline, the one or two samples would each be the whole load (>= 0.1 s)
+    assert stalls and stalls[len(stalls) // 2] < 0.01 and stalls[-1] < 0.1, (stalls[len(stalls) // 2], stalls[-1])
     assert clients[0].response().status == 200
     assert clients[1].response().status == 403
     assert clients[2].request(get("/c")).status == 200  # built: inspected inline now

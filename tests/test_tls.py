@@ -357,7 +357,7 @@ def test_handshake_deadline_closes_silent_peer(store: CertStore, serve: Callable
         except ConnectionResetError:
             pass  # aborted: RST instead of FIN
         server.wait_for(lambda: server.errors == ["timeout"])
-    assert time.monotonic() - start >= 0.3
+    assert time.monotonic() - start >= 0.29  # the loop's clock has millisecond steps: it may fire <1 ms early
 
 
 def test_handshake_deadline_closes_stalled_client_hello(store: CertStore, serve: Callable[..., ServerThread]) -> None:
