@@ -171,15 +171,18 @@ class SharedCountersCollector(Collector):
         )
 
     def _rss(self) -> Metric:
-        rss = GaugeMetricFamily(
-            "sentin8_worker_rss_bytes", "Resident memory of each worker process", labels=["worker", "pid"]
-        )
+        """One series per worker index, stable across respawns and reloads (a ``pid`` label would start a new
+        series each time): while a reload drains the old process beside its replacement, both count."""
+        rss = GaugeMetricFamily("sentin8_worker_rss_bytes", "Resident memory of each worker process", labels=["worker"])
+        by_worker: dict[int, int] = {}
         for worker, pid in self.reader.writers():
             try:
                 value = psutil.Process(pid).memory_info().rss
             except psutil.Error:  # exited between the read and now: the supervisor clears its block soon
                 continue
-            rss.add_metric([str(worker), str(pid)], value)
+            by_worker[worker] = by_worker.get(worker, 0) + value
+        for worker, value in sorted(by_worker.items()):
+            rss.add_metric([str(worker)], value)
         return rss
 
 
