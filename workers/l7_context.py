@@ -17,7 +17,7 @@ from sentin8.shm.policy import PolicyCache
 
 from .access_log import AccessLog
 from .l7_bridge import RequestInfo, _Exchange
-from .tls_layer import TLSClientProtocol
+from .tls_client import TLSClientProtocol
 from .upstream import UpstreamPool
 from .waf_gate import WafGate
 
