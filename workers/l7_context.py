@@ -16,7 +16,7 @@ from sentin8.shm.counters import WorkerCounters
 from sentin8.shm.policy import PolicyCache
 
 from .access_log import AccessLog
-from .l7_bridge import RequestInfo, _Exchange
+from .l7 import Exchange, RequestInfo
 from .tls_client import TLSClientProtocol
 from .upstream import UpstreamPool
 from .waf_gate import WafGate
@@ -78,7 +78,7 @@ class WorkerL7Context:
     def upstream(self, sidx: int, name: str) -> None:
         self.counters.upstream(sidx, name)
 
-    def request_done(self, ex: _Exchange, seconds: float) -> None:
+    def request_done(self, ex: Exchange, seconds: float) -> None:
         """An answered request: per-service status and latency, traffic side, header caps, access log."""
         counters = self.counters
         status = ex.status
