@@ -283,9 +283,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         # connection still idle when the grace ends is closed.
         if self._draining:
             self._arm_drain_grace()
-        self.resume_reading(flow.UPSTREAM_FULL | flow.BODY_HELD)
-        if len(self._queue) <= 1:
-            self.resume_reading(flow.PIPELINED)
+        self.resume_reading(flow.UPSTREAM_FULL | flow.BODY_HELD | (flow.PIPELINED if len(self._queue) <= 1 else 0))
         if self._queue:
             self._start(self._queue[0])
         elif self._req is not None:
@@ -337,7 +335,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
 
     def resume_reading(self, bit: int) -> None:
         """``bit``'s reason is gone; reading resumes when no other is left."""
-        if self._read.resume(bit):
+        if self._read.bits & bit and self._read.resume(bit):  # the usual case: not paused for it, no call
             self._body_activity = self.loop.time()
 
     def _deadline_passed(self, kind: int) -> None:

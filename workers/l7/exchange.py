@@ -487,7 +487,8 @@ class Exchange(ResponseRelay):
         self._to(DONE)
         b = self.bridge
         ctx = b.ctx
-        self._cancel_connect()
+        if self._task is not None:
+            self._cancel_connect()
         conn, self.conn = self.conn, None
         if conn is not None:
             if reuse and not conn.closed:
