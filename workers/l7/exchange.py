@@ -67,7 +67,7 @@ _STATUS_CLASS = {1: "status_1xx", 2: "status_2xx", 3: "status_3xx", 4: "status_4
 
 
 class Exchange(ResponseRelay):
-    """One request and its response; see the module docstring for the states."""
+    """One request and its response; its states and their transitions are in state.py."""
 
     __slots__ = (
         "_cand_idx",
