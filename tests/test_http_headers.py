@@ -272,3 +272,26 @@ def test_response_hop_by_hop_removed():
         [(b"Upgrade", b"websocket"), (b"Connection", b"Upgrade"), (b"Sec-WebSocket-Accept", b"x")], upgrade=True
     )
     assert as_dict(out) == {b"sec-websocket-accept": [b"x"], b"connection": [b"Upgrade"], b"upgrade": [b"websocket"]}
+
+
+def test_generated_ids_are_uuid4_across_batches_and_threads():
+    """Ids come 64 to an os.urandom batch: each one a version-4 RFC 9562 UUID as uuid.uuid4 prints it, and no
+    two alike across batch boundaries or threads taking ids at once."""
+    import threading
+    import uuid
+
+    taken: list[list[bytes]] = [[] for _ in range(4)]
+
+    def take(out: list[bytes]) -> None:
+        out.extend(correlation_id(None) for _ in range(1000))
+
+    threads = [threading.Thread(target=take, args=(out,)) for out in taken]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [i for out in taken for i in out]
+    assert len(set(ids)) == len(ids) == 4000
+    for value in ids:
+        u = uuid.UUID(value.removeprefix(b"proxy-").decode())
+        assert u.version == 4 and u.variant == uuid.RFC_4122 and str(u).encode() == value[6:]

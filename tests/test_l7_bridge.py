@@ -19,7 +19,7 @@ from sentin8.config import Config, Limits, Policy, Upstream
 from sentin8.http.framing import websocket_accept
 from sentin8.policy import EdgePolicy, Verdict, rate_limit_headers
 from sentin8.routing import Instance, Route
-from workers.l7_bridge import L7Bridge, PlainHTTPListener, RequestInfo
+from workers.l7 import L7Bridge, PlainHTTPListener, RequestInfo
 from workers.upstream import UpstreamPool
 from workers.waf_gate import WafGate
 
@@ -302,9 +302,9 @@ class TrackingBridge(L7Bridge):
     track_buffers = True
     max_write = 0  # the largest single write to the client
 
-    def _write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         self.max_write = max(self.max_write, len(data))
-        super()._write(data)
+        super().write(data)
 
 
 class Proxy:
@@ -1259,6 +1259,7 @@ def _server_cert(certstore, name: str):
 def test_over_real_pq_tls_both_sides(start):
     """TLSServerProtocol in front (SNI from the handshake), TLSClientProtocol to a bridge-mode backend."""
     tls_layer = pytest.importorskip("workers.tls_layer")
+    tls_client = pytest.importorskip("workers.tls_client")
     tls = pytest.importorskip("sentin8.tls")
     certstore = pytest.importorskip("sentin8.certstore")
     pqclient = pytest.importorskip("tests.pqclient")
@@ -1275,7 +1276,7 @@ def test_over_real_pq_tls_both_sides(start):
     port = asyncio.run_coroutine_threadsafe(serve_backend(), proxy.loop).result(DEADLINE)
     proxy.ctx.table = make_table([port], tls=True)
     proxy.ctx.tls_fn = lambda instance: (
-        lambda inner: tls_layer.TLSClientProtocol(upstream_ctx, lambda: inner, server_hostname="backend.internal")
+        lambda inner: tls_client.TLSClientProtocol(upstream_ctx, lambda: inner, server_hostname="backend.internal")
     )
 
     socks: list[socket.socket] = []

@@ -26,7 +26,8 @@ from OpenSSL import SSL
 from sentin8 import tls
 from sentin8.certstore import CertStore, self_signed_mldsa65, write_pair
 from tests.pqclient import PQClient
-from workers.tls_layer import TLSClientProtocol, TLSHandshakeError, TLSServerProtocol
+from workers.tls_client import TLSClientProtocol
+from workers.tls_layer import TLSHandshakeError, TLSServerProtocol
 
 WAIT = 10.0
 INFO_KEYS = ("peername", "sockname", "sni", "tls_group", "tls_version", "peercert", "session_reused")

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 from sentin8.eventlog import event
 
 if TYPE_CHECKING:
-    from .l7_bridge import _Exchange
+    from .l7 import Exchange
 
 
 class AccessLog:
     def __init__(self, worker: int) -> None:
         self.worker = worker
 
-    def write(self, ex: _Exchange, seconds: float) -> None:
+    def write(self, ex: Exchange, seconds: float) -> None:
         head = ex.req.head
         event(
             "access",

@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from cryptography.hazmat.primitives.serialization import Encoding
 from OpenSSL import SSL
 
 from sentin8 import tls
+
+from .tls_transport import TLS_KEYS, TLSAppTransport, tls_info
 
 log = logging.getLogger(__name__)
 
@@ -55,68 +55,7 @@ def ssl_error_reason(exc: BaseException) -> str:
     return f"tls: {exc.__class__.__name__} {exc}".rstrip()
 
 
-class TLSAppTransport(asyncio.Transport):
-    """What the application protocol sees: an asyncio transport carrying plaintext."""
-
-    def __init__(self, layer: _TLSProtocol) -> None:
-        super().__init__()
-        self._layer = layer
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._layer._extra_info(name, default)
-
-    def is_closing(self) -> bool:
-        return self._layer._closing
-
-    def close(self) -> None:
-        self._layer._close()
-
-    def abort(self) -> None:
-        self._layer._abort()
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self._layer._write(data)
-
-    def writelines(self, list_of_data: Any) -> None:
-        self._layer._write(b"".join(list_of_data))
-
-    def write_eof(self) -> None:
-        self._layer._write_eof()
-
-    def can_write_eof(self) -> bool:
-        return True
-
-    def pause_reading(self) -> None:
-        self._layer._pause_reading()
-
-    def resume_reading(self) -> None:
-        self._layer._resume_reading()
-
-    def is_reading(self) -> bool:
-        return not self._layer._app_paused and not self._layer._closing
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        raw = self._layer._raw
-        if raw is not None:
-            raw.set_write_buffer_limits(high, low)
-
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        raw = self._layer._raw
-        return raw.get_write_buffer_limits() if raw is not None else (0, 0)
-
-    def get_write_buffer_size(self) -> int:
-        raw = self._layer._raw
-        size = raw.get_write_buffer_size() if raw is not None else 0
-        return size + sum(len(b) for b in self._layer._pending)
-
-    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
-        self._layer._app = protocol  # type: ignore[assignment]
-
-    def get_protocol(self) -> asyncio.BaseProtocol:
-        return self._layer._app  # type: ignore[return-value]
-
-
-class _TLSProtocol(asyncio.Protocol):
+class TLSLayer(asyncio.Protocol):
     """Shared machinery of the server and client sides; see the module docstring."""
 
     _server_side = True
@@ -183,6 +122,36 @@ class _TLSProtocol(asyncio.Protocol):
     @property
     def app_transport(self) -> TLSAppTransport | None:
         return self._app_transport
+
+    # What TLSAppTransport (tls_transport.py) asks of its layer.
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def reading_paused(self) -> bool:
+        """The app paused reading (``pause_reading``)."""
+        return self._app_paused
+
+    @property
+    def app(self) -> asyncio.Protocol | None:
+        return self._app
+
+    def set_app(self, protocol: asyncio.Protocol) -> None:
+        """``TLSAppTransport.set_protocol``: plaintext goes to ``protocol`` from now on."""
+        self._app = protocol
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        if self._raw is not None:
+            self._raw.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._raw.get_write_buffer_limits() if self._raw is not None else (0, 0)
+
+    def write_buffer_size(self) -> int:
+        """Ciphertext not yet sent plus plaintext OpenSSL could not take yet."""
+        size = self._raw.get_write_buffer_size() if self._raw is not None else 0
+        return size + sum(len(b) for b in self._pending)
 
     # -- raw transport callbacks -------------------------------------------------------------------
 
@@ -287,7 +256,7 @@ class _TLSProtocol(asyncio.Protocol):
                 self._on_handshake_done(conn)
             except Exception:
                 log.exception("TLS: on_handshake_done failed; dropping the connection")
-                self._abort()
+                self.abort()
         if self._hs_future is not None and not self._hs_future.done():
             self._hs_future.set_result(None)
         if self._closing:  # the callback closed us (e.g. policy)
@@ -377,9 +346,9 @@ class _TLSProtocol(asyncio.Protocol):
         self._eof_delivered = True
         keep_open = self._app.eof_received()
         if not keep_open:
-            self._close()
+            self.close()
 
-    def _pause_reading(self) -> None:
+    def pause_reading(self) -> None:
         if self._app_paused:
             return
         self._app_paused = True
@@ -387,7 +356,7 @@ class _TLSProtocol(asyncio.Protocol):
         if raw is not None and not raw.is_closing():
             raw.pause_reading()
 
-    def _resume_reading(self) -> None:
+    def resume_reading(self) -> None:
         if not self._app_paused:
             return
         self._app_paused = False
@@ -405,7 +374,7 @@ class _TLSProtocol(asyncio.Protocol):
         if self._handshake_done:
             self._deliver()
 
-    def _write(self, data: bytes | bytearray | memoryview) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._write_eof_called:
             raise RuntimeError("write() after write_eof()")
         if self._closing or self._conn is None or not data:
@@ -453,7 +422,7 @@ class _TLSProtocol(asyncio.Protocol):
             conn.shutdown()  # writes close_notify; we do not wait for the peer's (like every server)
         self._flush()
 
-    def _write_eof(self) -> None:
+    def write_eof(self) -> None:
         if self._write_eof_called or self._closing:
             return
         self._write_eof_called = True
@@ -463,7 +432,7 @@ class _TLSProtocol(asyncio.Protocol):
             with contextlib.suppress(OSError, RuntimeError):
                 raw.write_eof()
 
-    def _close(self) -> None:
+    def close(self) -> None:
         """Graceful: pending plaintext, then close_notify (keeps the session resumable), then FIN."""
         if self._closing:
             return
@@ -474,7 +443,7 @@ class _TLSProtocol(asyncio.Protocol):
         if raw is not None:
             raw.close()
 
-    def _abort(self) -> None:
+    def abort(self) -> None:
         self._closing = True
         self._cancel_timer()
         raw = self._raw
@@ -487,57 +456,25 @@ class _TLSProtocol(asyncio.Protocol):
         if not self._handshake_done:
             self._fail_handshake(ssl_error_reason(exc))
             return
-        self._abort()
+        self.abort()
 
     # -- extra info --------------------------------------------------------------------------------
 
-    def _extra_info(self, name: str, default: Any) -> Any:
+    def extra_info(self, name: str, default: Any) -> Any:
         conn = self._conn
-        if name in _TLS_KEYS:
+        if name in TLS_KEYS:
             if conn is None:
                 return default
-            if name == "sni":
-                sni = conn.get_servername()
-                return sni.decode("ascii", "replace") if sni is not None else default
-            if name == "tls_group":
-                return conn.get_group_name() or default
-            if name == "tls_version":
-                return conn.get_protocol_version_name()
-            if name == "tls_cipher":
-                return conn.get_cipher_name() or default
-            if name == "peercert":
+            if name == "peercert":  # asked once per request by the bridge: converted once per connection
                 if self._peercert_der is None:
-                    cert = conn.get_peer_certificate(as_cryptography=True)
-                    if cert is None:
-                        return default
-                    self._peercert_der = cert.public_bytes(Encoding.DER)
-                return self._peercert_der
-            if name == "tls_session":
-                return conn.get_session()
-            if name == "session_reused":
-                return tls.session_reused(conn)
-            if name in ("ssl_object", "tls_connection"):
-                return conn
+                    self._peercert_der = tls_info(conn, name, None)
+                return self._peercert_der if self._peercert_der is not None else default
+            return tls_info(conn, name, default)
         raw = self._raw
         return raw.get_extra_info(name, default) if raw is not None else default
 
 
-_TLS_KEYS = frozenset(
-    {
-        "sni",
-        "tls_group",
-        "tls_version",
-        "tls_cipher",
-        "peercert",
-        "tls_session",
-        "session_reused",
-        "ssl_object",
-        "tls_connection",
-    }
-)
-
-
-class TLSServerProtocol(_TLSProtocol):
+class TLSServerProtocol(TLSLayer):
     """Server side of TLS on an accepted connection.
 
     ``context`` is the server context (``SNIContexts.front`` for per-SNI certificates). ``app_factory`` is
@@ -550,58 +487,3 @@ class TLSServerProtocol(_TLSProtocol):
     """
 
     _server_side = True
-
-
-class TLSClientProtocol(_TLSProtocol):
-    """Client side, for bridge-mode upstream connections::
-
-        transport, proto = await loop.create_connection(
-            lambda: TLSClientProtocol(ctx, App, server_hostname="api.internal"), host, port)
-        await proto.handshake_complete
-
-    ``server_hostname`` is sent as SNI (skipped for IP literals); ``verify_name`` additionally requires the
-    peer certificate to name it (only with a verifying context); ``session`` resumes a previous session
-    (``get_extra_info("tls_session")`` of an earlier connection).
-    """
-
-    _server_side = False
-
-    def __init__(
-        self,
-        context: SSL.Context,
-        app_factory: Callable[[], asyncio.Protocol],
-        *,
-        server_hostname: str | None = None,
-        verify_name: str | None = None,
-        session: SSL.Session | None = None,
-        handshake_timeout: float | None = 10.0,
-        on_handshake_error: Callable[[str], None] | None = None,
-        on_handshake_done: Callable[[SSL.Connection], None] | None = None,
-    ) -> None:
-        super().__init__(
-            context,
-            app_factory,
-            handshake_timeout=handshake_timeout,
-            on_handshake_error=on_handshake_error,
-            on_handshake_done=on_handshake_done,
-        )
-        self._server_hostname = server_hostname
-        self._verify_name = verify_name
-        self._session = session
-
-    def _setup(self, conn: SSL.Connection) -> None:
-        conn.set_connect_state()
-        if self._server_hostname and not _is_ip(self._server_hostname):
-            conn.set_tlsext_host_name(self._server_hostname.encode("idna"))
-        if self._verify_name:
-            tls.verify_peer_name(conn, self._verify_name)
-        if self._session is not None:
-            conn.set_session(self._session)
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True

@@ -9,7 +9,7 @@ Plain TCP ("offload") is built in. TLS ("bridge") goes through ``tls``, whatever
 returns for the instance: an ``ssl.SSLContext`` (stdlib TLS), or a callable ``wrap(inner) -> protocol``
 that must call ``inner.connection_made(tls_transport)`` once the handshake is done and forward plaintext to
 ``inner``. If that protocol has a ``handshake_complete`` future, a failed handshake fails the connect at once
-(instead of at ``connect_timeout_s``). With ``workers.tls_layer``::
+(instead of at ``connect_timeout_s``). With ``workers.tls_client``::
 
     lambda inner: TLSClientProtocol(client_ctx, lambda: inner, server_hostname=..., verify_name=...)
 """
@@ -110,7 +110,7 @@ class UpstreamConn(asyncio.Protocol):
         if owner is not None:
             owner.upstream_lost(self, exc)
         else:
-            self.pool._forget(self)
+            self.pool.forget(self)
 
     def pause_writing(self) -> None:
         if self.owner is not None:
@@ -189,7 +189,7 @@ class UpstreamConn(asyncio.Protocol):
             self.closed = True
             if self.transport is not None:
                 self.transport.abort()
-        self.pool._forget(self)
+        self.pool.forget(self)
 
 
 class UpstreamPool:
@@ -250,7 +250,8 @@ class UpstreamPool:
             oldest = stack.pop(0)
             oldest.close()
 
-    def _forget(self, conn: UpstreamConn) -> None:
+    def forget(self, conn: UpstreamConn) -> None:
+        """``conn`` closed: it leaves the idle stack if it was parked there."""
         stack = self._idle.get(conn.instance_id)
         if stack and conn in stack:
             stack.remove(conn)

@@ -36,7 +36,7 @@ from sentin8.tls import SNIContexts
 
 from .connect import connect_first
 from .l4_pipe import PipePool, SplicePipe
-from .l7_bridge import L7Bridge, PlainHTTPListener
+from .l7 import L7Bridge, PlainHTTPListener
 from .l7_context import WorkerL7Context
 from .listener import bind_reuseport
 from .peek import PeekFailed, peek_client_hello
@@ -391,7 +391,7 @@ class _TrackedTLS(TLSServerProtocol):
         self._hold = hold
 
     def connection_lost(self, exc: Exception | None) -> None:
-        app = self._app
+        app = self.app
         try:
             super().connection_lost(exc)
         finally:

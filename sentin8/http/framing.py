@@ -350,22 +350,22 @@ def local_response(
 
 def request_head(method: bytes, target: bytes, headers: Iterable[Header], *, framing: Header | None) -> bytes:
     """The upstream request head (always HTTP/1.1); ``framing`` is Content-Length or Transfer-Encoding."""
-    parts = [method, b" ", target, b" HTTP/1.1\r\n"]
-    extend = parts.extend
-    for name, value in headers:
-        extend((name, b": ", value, b"\r\n"))
+    lines = b"\r\n".join(map(_FIELD, headers))  # one C pass: no per-header Python step
     if framing is not None:
-        extend((framing[0], b": ", framing[1], b"\r\n"))
-    parts.append(b"\r\n")
-    return b"".join(parts)
+        lines = lines + b"\r\n" + _FIELD(framing) if lines else _FIELD(framing)
+    if not lines:
+        return b"%s %s HTTP/1.1\r\n\r\n" % (method, target)
+    return b"%s %s HTTP/1.1\r\n%s\r\n\r\n" % (method, target, lines)
 
 
 def response_head(status: int, reason: bytes, headers: Iterable[Header], extra: Iterable[Header] = ()) -> bytes:
-    parts = [b"HTTP/1.1 %d " % status, reason or REASONS.get(status, b""), b"\r\n"]
-    extend = parts.extend
-    for name, value in headers:
-        extend((name, b": ", value, b"\r\n"))
-    for name, value in extra:
-        extend((name, b": ", value, b"\r\n"))
-    parts.append(b"\r\n")
-    return b"".join(parts)
+    lines = b"\r\n".join(map(_FIELD, headers))
+    if extra:
+        more = b"\r\n".join(map(_FIELD, extra))
+        lines = lines + b"\r\n" + more if lines else more
+    if not lines:
+        return b"HTTP/1.1 %d %s\r\n\r\n" % (status, reason or REASONS.get(status, b""))
+    return b"HTTP/1.1 %d %s\r\n%s\r\n\r\n" % (status, reason or REASONS.get(status, b""), lines)
+
+
+_FIELD = b": ".join  # (name, value) -> b"name: value"

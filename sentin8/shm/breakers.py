@@ -76,14 +76,14 @@ class BreakerTable:
         return victim
 
     def allow(self, instance_id: str) -> bool:
-        slot = self._find(self._key(instance_id))
+        slot = self._find(self._key[instance_id])
         if slot < 0:
             return True
         return breaker.allow(self._record_view(slot), int(self.clock() * 1e6), self.rules)
 
     def record(self, instance_id: str, ok: bool) -> str | None:
         """One result from the instance; the transition it caused (``breaker.OPEN`` / ``CLOSED``), if any."""
-        k = self._key(instance_id)
+        k = self._key[instance_id]
         slot = self._find(k)
         if slot < 0:
             if ok:
@@ -92,7 +92,7 @@ class BreakerTable:
         return breaker.record(self._record_view(slot), ok, int(self.clock() * 1e6), self.rules)
 
     def state(self, instance_id: str) -> str:
-        slot = self._find(self._key(instance_id))
+        slot = self._find(self._key[instance_id])
         if slot < 0:
             return breaker.CLOSED
         return breaker.state(self._record_view(slot), int(self.clock() * 1e6))

@@ -17,21 +17,17 @@ def key_of(instance_id: str) -> int:
     return k or 1  # 0 marks an empty slot
 
 
-class InstanceKeys:
+class InstanceKeys(dict[str, int]):
     """``key_of`` memoised: the shared tables look an instance up per connection or request, and a hash per
-    lookup would cost more than the lookup. Bounded: a registry that churns ids cannot grow it past 100,000."""
+    lookup would cost more than the lookup. ``keys[instance_id]``: a hit is a plain dict lookup (no Python
+    call), a miss computes the key. Bounded: a registry that churns ids cannot grow it past 100,000."""
 
-    __slots__ = ("_keys",)
+    __slots__ = ()
 
-    def __init__(self) -> None:
-        self._keys: dict[str, int] = {}
-
-    def __call__(self, instance_id: str) -> int:
-        k = self._keys.get(instance_id)
-        if k is None:
-            if len(self._keys) > 100_000:
-                self._keys.clear()
-            k = self._keys[instance_id] = key_of(instance_id)
+    def __missing__(self, instance_id: str) -> int:
+        if len(self) > 100_000:
+            self.clear()
+        k = self[instance_id] = key_of(instance_id)
         return k
 
 
@@ -48,7 +44,7 @@ class SuspectTable:
 
     def mark(self, instance_id: str, until_us: int) -> None:
         w = self._w
-        k = self._key(instance_id)
+        k = self._key[instance_id]
         victim, victim_until = -1, None
         for p in range(PROBE):
             slot = (k + p) & self._mask
@@ -64,7 +60,7 @@ class SuspectTable:
 
     def clear(self, instance_id: str) -> None:
         w = self._w
-        k = self._key(instance_id)
+        k = self._key[instance_id]
         for p in range(PROBE):
             slot = (k + p) & self._mask
             if w[2 * slot] == k:
@@ -72,7 +68,7 @@ class SuspectTable:
 
     def suspect_until(self, instance_id: str) -> int:
         w = self._w
-        k = self._key(instance_id)
+        k = self._key[instance_id]
         for p in range(PROBE):
             slot = (k + p) & self._mask
             key = w[2 * slot]

@@ -1,0 +1,275 @@
+"""The exchange's lifecycle (workers/l7/state.py) driven without sockets: a stand-in client connection that
+records what the exchange asks of it, and an upstream connection on a recording transport."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Iterator
+
+import pytest
+
+from sentin8 import routing
+from sentin8.config import Config
+from sentin8.http.framing import HeaderBudget, validate_request
+from sentin8.routing import Instance, Route
+from workers.l7 import Exchange, ExchangeState
+from workers.l7.request import Request
+from workers.l7.state import DONE, LEGAL, TRANSITIONS, ExchangeStateError, allowed
+from workers.upstream import UpstreamConn, UpstreamPool
+
+S = ExchangeState
+
+
+def test_every_state_but_done_can_end_and_done_is_final():
+    for state in S:
+        if state is S.DONE:
+            assert TRANSITIONS[state] == frozenset()
+        else:
+            assert S.DONE in TRANSITIONS[state], state.name
+
+
+def test_bit_masks_are_the_table():
+    for a in S:
+        for b in S:
+            assert allowed(a, b) == (b in TRANSITIONS[a]), (a.name, b.name)
+    assert len(LEGAL) == len(S)
+
+
+def test_only_a_replay_goes_back():
+    order = list(S)
+    backwards = {(a, b) for a in S for b in TRANSITIONS[a] if order.index(b) < order.index(a)}
+    assert backwards == {(S.SENDING, S.CONNECTING), (S.AWAITING, S.CONNECTING)}
+
+
+class Transport:
+    """Records writes (the upstream side)."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(bytes(data))
+
+    def writelines(self, parts) -> None:
+        self.written.append(b"".join(parts))
+
+    def is_closing(self) -> bool:
+        return self.aborted
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class Ctx:
+    def __init__(self, cfg: Config, table: routing.RoutingTable, pool: UpstreamPool) -> None:
+        self.cfg = cfg
+        self.table = table
+        self.pool = pool
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.done: list[int] = []
+        self.results: list[tuple[str, bool]] = []
+
+    def resolve(self, host: str) -> Route | None:
+        return self.table.resolve(host)
+
+    def candidates(self, service: str) -> list[Instance]:
+        return list(self.table.instances(service))
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counters[name] += n
+
+    def upstream(self, sidx: int, name: str) -> None:
+        self.counters[name] += 1
+
+    def request_done(self, ex: Exchange, seconds: float) -> None:
+        self.done.append(ex.status)
+
+    def upstream_result(self, instance_id: str, ok: bool) -> None:
+        self.results.append((instance_id, ok))
+
+    def policy(self, request):
+        return None
+
+    def waf_gate(self):
+        return None
+
+    def overloaded(self) -> bool:
+        return False
+
+
+class Client:
+    """The client connection's public side, as an exchange uses it."""
+
+    acme_only = False
+    refuse_status = 0
+    track_buffers = False
+    scheme = "https"
+    client_ip = "203.0.113.9"
+    sni = "shop.example.com"
+    tls = True
+    draining = False
+    closing = False
+    writing_paused = False
+
+    def __init__(self, ctx: Ctx, loop: asyncio.AbstractEventLoop) -> None:
+        self.ctx = ctx
+        self.loop = loop
+        self.out: list[bytes] = []
+        self.ended: list[bool] = []  # exchange_done(close)
+        self.paused = 0
+
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+
+    def pause_reading(self, bit: int) -> None:
+        self.paused |= bit
+
+    def resume_reading(self, bit: int) -> None:
+        self.paused &= ~bit
+
+    def hold_body(self, req: Request, body: bytes) -> None:
+        req.body.append(body)
+        req.buffered += len(body)
+
+    def client_cert_der(self) -> bytes | None:
+        return None
+
+    def exchange_done(self, ex: Exchange, close: bool) -> None:
+        self.ended.append(close)
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()  # never run: only call_at/create_future are used
+    yield loop
+    loop.close()
+
+
+def exchange(loop: asyncio.AbstractEventLoop, method: bytes = b"GET", body: bool = False):
+    inst = Instance(id="web-0", service="web", host="127.0.0.1", port=9)
+    table = routing.build([Route(hostname="shop.example.com", service="web")], [inst], built_at=0.0)
+    pool = UpstreamPool(loop)
+    ctx = Ctx(Config(), table, pool)
+    client = Client(ctx, loop)
+    conn = UpstreamConn(pool, inst.id)
+    upstream = Transport()
+    conn.connection_made(upstream)  # type: ignore[arg-type]
+    pool.release(conn)  # parked idle: the exchange takes it warm
+    req = Request(HeaderBudget(100, 65536))
+    headers = [(b"Host", b"shop.example.com")]
+    if body:
+        headers.append((b"Content-Length", b"4"))
+    req.head = validate_request(method, b"/", "1.1", headers, keep_alive=True, upgrade=False)
+    req.complete = not body
+    ex = Exchange(client, req)  # type: ignore[arg-type]
+    return ex, client, upstream
+
+
+def test_a_warm_get_goes_awaiting_then_done(loop):
+    ex, client, upstream = exchange(loop)
+    ex.begin()
+    assert ex.state is S.AWAITING
+    assert upstream.written[0].startswith(b"GET / HTTP/1.1\r\n")
+    ex.upstream_data(b"HTTP/1.1 200 OK\r\nContent-")
+    assert ex.state is S.RESPONSE_HEAD  # bytes came, the head is not complete
+    ex.upstream_data(b"Length: 2\r\n\r\nhi")
+    assert ex.state is DONE
+    assert b"".join(client.out).endswith(b"\r\n\r\nhi")
+    assert client.ended == [False]
+    assert client.ctx.done == [200]
+
+
+def test_a_body_still_coming_is_sending_until_its_end(loop):
+    ex, _, upstream = exchange(loop, b"POST", body=True)
+    ex.begin()
+    assert ex.state is S.SENDING
+    ex.client_body(b"abcd")
+    ex.req.complete = True
+    ex.client_body_end()
+    assert ex.state is S.AWAITING
+    assert upstream.written[-1] == b"abcd"
+
+
+def test_an_early_response_streams_while_the_body_is_sent(loop):
+    ex, _, upstream = exchange(loop, b"POST", body=True)
+    ex.begin()
+    ex.upstream_data(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n")
+    assert ex.state is S.STREAMING
+    ex.client_body(b"abcd")  # still forwarded
+    assert upstream.written[-1] == b"abcd"
+
+
+def test_interim_responses_stay_in_response_head(loop):
+    ex, client, _ = exchange(loop)
+    ex.begin()
+    ex.upstream_data(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
+    assert ex.state is S.RESPONSE_HEAD
+    assert client.out[0].startswith(b"HTTP/1.1 103")
+    ex.upstream_data(b"HTTP/1.1 204 No Content\r\n\r\n")
+    assert ex.state is DONE
+
+
+def test_head_response_is_received_at_its_head(loop):
+    ex, client, _ = exchange(loop, b"HEAD")
+    ex.begin()
+    ex.upstream_data(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+    assert ex.state is DONE
+    assert client.ended == [False]
+
+
+def test_response_timeout_only_while_awaiting(loop):
+    ex, client, upstream = exchange(loop)
+    ex.begin()
+    ex.upstream_timeout()
+    assert ex.state is DONE
+    assert b"504" in client.out[0]
+    assert client.ended == [True]
+    assert upstream.aborted  # never pooled: a late answer must not leak into another request
+
+
+def test_a_broken_response_after_the_head_truncates(loop):
+    ex, client, _ = exchange(loop)
+    ex.begin()
+    ex.upstream_data(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+    assert ex.state is S.STREAMING
+    ex.upstream_lost(ex.conn, None)  # the backend closes 7 bytes short
+    assert ex.state is DONE
+    assert client.ctx.counters["upstream_truncated"] == 1
+    assert client.ended == [True]
+
+
+def test_a_local_answer_drops_the_rest_of_the_body(loop):
+    ex, client, _ = exchange(loop, b"POST", body=True)
+    ex.respond_local(429, [], keep_alive=True)
+    assert ex.state is S.ANSWERED
+    ex.client_body(b"abcd")
+    ex.req.complete = True
+    ex.client_body_end()
+    assert ex.state is DONE
+    assert client.ended == [False]
+
+
+def test_the_client_leaving_ends_it_once(loop):
+    ex, client, upstream = exchange(loop)
+    ex.begin()
+    ex.client_gone()
+    assert ex.state is DONE and upstream.aborted
+    ex.upstream_data(b"HTTP/1.1 200 OK\r\n\r\n")  # late events are ignored
+    ex.respond_error(502)
+    assert client.out == [] and client.ended == []
+    assert client.ctx.counters["client_aborted"] == 1
+
+
+def test_an_illegal_transition_is_refused(loop):
+    ex, _, _ = exchange(loop)
+    with pytest.raises(ExchangeStateError):
+        ex._to(S.STREAMING)  # from ROUTING: nothing was sent upstream
+    assert ex.state is S.ROUTING

@@ -1,0 +1,410 @@
+"""One asyncio Protocol per external client connection: the L7 bridge (ARCHITECTURE.md §3 step 6).
+
+It works over any transport: plain TCP in tests, the TLS layer's plaintext transport in production (which
+adds ``get_extra_info("sni")`` and ``("peercert")``). httptools callbacks drive everything; there are no
+asyncio streams and no polling on the data path. The connection parses requests, queues them (pipelining:
+heads that arrive while a request is in flight queue up, reading pauses, and they are answered in order),
+keeps the client deadlines (``deadline.py``) and the reasons reading is paused (``flow.py``), and hands each
+request at the front of the queue to an ``Exchange`` (``exchange.py``), which answers it. After a 101 the
+connection's bytes go to a ``Tunnel`` (``tunnel.py``) instead of the parser. Every error response closes the
+connection.
+
+What an exchange may do to its connection is this class's public methods, nothing else: ``write``,
+``write_split``, ``pause_reading``/``resume_reading``, ``hold_body``, ``raise_hold_limit``, ``client_cert_der``,
+``open_tunnel``, ``exchange_done``, and reading ``client_ip``, ``sni``, ``tls``, ``draining``, ``closing``,
+``writing_paused``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+import httptools
+
+from sentin8.http.response import split
+
+from . import deadline, flow
+from .contract import L7Context
+from .exchange import Exchange
+from .reader import RequestReader
+from .relay import CHUNK
+from .request import Request
+from .tunnel import Tunnel
+
+
+class L7Bridge(RequestReader, asyncio.Protocol):
+    """One client connection. ``client_addr`` None = take the transport's peername."""
+
+    acme_only = False  # the :80 listener (PlainHTTPListener)
+    external = True  # the client's side (network.internal_cidrs); :443 bridges only ever serve external clients
+    refuse_status = 0  # answer every request with this status and close (over the per-client connection cap)
+    track_buffers = False  # tests: record the most bytes held in buffers at once in ``max_buffered``
+
+    def __init__(
+        self, ctx: L7Context, loop: asyncio.AbstractEventLoop, client_addr: tuple | None = None, scheme: str = "https"
+    ) -> None:
+        self.ctx = ctx
+        self.loop = loop
+        self.client_addr = client_addr
+        self.scheme = scheme
+        cfg = ctx.cfg
+        self._max_headers = cfg.policy.max_headers
+        self._max_header_bytes = cfg.policy.max_header_bytes
+        # httptools holds an unfinished header line internally; this bounds it (request line + headers + slack)
+        self._raw_head_cap = 2 * cfg.policy.max_header_bytes + 16384
+        self._header_timeout = cfg.limits.header_timeout_s
+        self._idle_timeout = cfg.limits.idle_timeout_s
+        self.transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._req: Request | None = None  # the request whose head or body is being parsed
+        self._queue: deque[Request] = deque()  # heads complete, answered in order; [0] is in flight
+        self._ex: Exchange | None = None
+        self._tunnel: Tunnel | None = None
+        self._upgrade_req: Request | None = None
+        self._read = flow.ReadPause()
+        self._write_paused = False
+        self._deadline = deadline.Deadline(loop, self._deadline_passed)
+        self._body_activity = 0.0
+        self._closing = False
+        self._eof = False
+        self._draining = False
+        self._drain_grace = min(cfg.fleet.drain_idle_grace_s, cfg.fleet.drain_timeout_s)
+        self._drain_timer: asyncio.TimerHandle | None = None
+        self._head_raw = 0
+        self._progress = False
+        self._completed_in_feed = False
+        self._feeding = b""  # the chunk being fed to the parser (a new request's line starts in it)
+        self._client_cert: bytes | bool | None = False  # False = not looked up yet
+        self.client_ip = ""
+        self.sni: str | None = None
+        self.tls = False  # the transport is the TLS layer: SNI is the routing key and must be present
+        self.max_buffered = 0
+
+    # -- what an exchange reads --------------------------------------------------------------------------
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def writing_paused(self) -> bool:
+        """The client's write buffer is full: an upstream connection attached now starts paused."""
+        return self._write_paused
+
+    @property
+    def idle(self) -> bool:
+        return self._ex is None and not self._queue and self._req is None and self._tunnel is None
+
+    # -- asyncio.Protocol: client side -----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._read.transport = self.transport
+        try:
+            transport.set_write_buffer_limits(high=flow.CLIENT_WRITE_HIGH_WATER)  # type: ignore[attr-defined]
+        except (AttributeError, NotImplementedError):
+            pass
+        addr = self.client_addr or transport.get_extra_info("peername")
+        self.client_ip = str(addr[0]) if addr else ""
+        sni = transport.get_extra_info("sni")
+        if isinstance(sni, bytes):
+            sni = sni.decode("ascii", "replace")
+        self.sni = sni.lower().rstrip(".") if sni else None
+        self.tls = transport.get_extra_info("tls_version") is not None
+        # The first head must arrive within the header deadline too (a silent connection is a slowloris).
+        self._deadline.arm(deadline.HEADER, self._header_timeout)
+        if self._draining:  # the handshake finished in a draining worker: answer, with Connection: close
+            self._arm_drain_grace()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if self._tunnel is not None:
+            self._tunnel.client_data(data)
+            return
+        if self._upgrade_req is not None:
+            self._hold_upgrade_data(data)
+            return
+        if self._read.bits & flow.STOPPED:
+            return
+        kind = self._deadline.kind
+        if kind == deadline.BODY:
+            self._body_activity = self.loop.time()
+        elif kind == deadline.IDLE or (kind == deadline.NONE and self._ex is None and self._req is None):
+            self._deadline.arm(deadline.HEADER, self._header_timeout)  # the first byte of a new head
+        req = self._req
+        in_head = req is not None and req.head is None
+        if in_head:
+            req.line_raw.append(data)  # type: ignore[union-attr]
+        self._progress = False
+        self._completed_in_feed = False
+        while True:
+            self._feeding = data
+            try:
+                self._parser.feed_data(data)
+            except httptools.HttpParserUpgrade as exc:
+                rest = data[exc.args[0] :]
+                if self._upgrade_req is not None:  # websocket: what follows is the peer's first frames
+                    if rest:
+                        self._hold_upgrade_data(rest)
+                    return
+                if rest and not self._closing:  # an upgrade we do not take: keep parsing HTTP
+                    data = rest
+                    continue
+            except httptools.HttpParserError as exc:
+                self._parse_failed(exc)
+                return
+            break
+        req = self._req
+        if req is None or self._closing:
+            return
+        # Bound what httptools buffers for an unfinished header line (it only reports complete lines).
+        if req.head is None:
+            if in_head or not self._completed_in_feed:
+                self._head_raw += len(data)
+            if self._head_raw > self._raw_head_cap:
+                self._reject(431)
+        elif not self._progress:
+            self._head_raw += len(data)  # a body that yields nothing: a giant trailer or chunk extension
+            if self._head_raw > self._raw_head_cap:
+                self._body_failed(400)
+        else:
+            self._head_raw = 0
+
+    def eof_received(self) -> bool | None:
+        ex = self._ex
+        if self._tunnel is None and ex is not None and self._req is None and ex.req.complete:
+            self._eof = True  # a half-close after a whole request: answer it, then close
+            return True
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self._read.transport = None
+        self._deadline.stop()
+        timer, self._drain_timer = self._drain_timer, None
+        if timer is not None:
+            timer.cancel()
+        ex, self._ex = self._ex, None
+        self._tunnel = None
+        if ex is not None:
+            ex.client_gone()
+        while self._queue:
+            self._end_request(self._queue.popleft())
+        self._req = None
+        self._upgrade_req = None
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        ex = self._ex
+        if ex is not None and ex.conn is not None:
+            ex.conn.pause_reading()
+            self.ctx.count("backpressure_upstream_paused")
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        ex = self._ex
+        if ex is not None and ex.conn is not None:
+            ex.conn.resume_reading()
+
+    # -- the worker's ----------------------------------------------------------------------------------
+    def begin_drain(self) -> None:
+        """Worker drain: every response from now on says Connection: close and ends the connection. An idle
+        keep-alive connection is kept for the drain grace, so a request already on its way is answered
+        instead of racing the close (HAProxy's idle-close-on-response); still idle then, it is closed.
+        May run before ``connection_made`` (a handshake completing in a draining worker): the grace then
+        starts when the connection is made."""
+        self._draining = True
+        if self.transport is not None and not self._closing:
+            self._arm_drain_grace()
+
+    def _arm_drain_grace(self) -> None:
+        if self._drain_timer is None:
+            self._drain_timer = self.loop.call_later(self._drain_grace, self._drain_grace_over)
+
+    def _drain_grace_over(self) -> None:
+        self._drain_timer = None
+        if not self._closing and self.idle:
+            self.ctx.count("drain_idle_closed")
+            self._close()
+
+    # -- request bookkeeping ---------------------------------------------------------------------------
+    def _enqueue(self, req: Request) -> None:
+        req.counted = True
+        req.t0 = self.loop.time()
+        self.ctx.inflight(1)
+        self.ctx.count("requests")
+        self._queue.append(req)
+        if self._ex is None:
+            self._start(req)
+        else:
+            self._read.pause(flow.PIPELINED)
+
+    def _end_request(self, req: Request) -> None:
+        if req.counted:
+            req.counted = False
+            self.ctx.inflight(-1)
+
+    def _start(self, req: Request) -> None:
+        ex = Exchange(self, req)
+        self._ex = ex
+        req.exchange = ex
+        if req.reject:
+            ex.respond_error(req.reject)
+            return
+        head = req.head
+        assert head is not None
+        if head.has_body and not req.complete and req is self._req:
+            self._body_activity = self.loop.time()
+            self._deadline.arm(deadline.BODY, self._idle_timeout)
+        ex.begin()
+
+    def exchange_done(self, ex: Exchange, close: bool) -> None:
+        """The response to ``ex.req`` is fully written (or abandoned): move on to the next request."""
+        if self._ex is not ex:
+            return
+        self._ex = None
+        tunnel, self._tunnel = self._tunnel, None
+        req = ex.req
+        if self._queue and self._queue[0] is req:
+            self._queue.popleft()
+        self._end_request(req)
+        self._deadline.disarm_if(deadline.BODY)
+        if self._closing:
+            return
+        if close or not req.complete or tunnel is not None or (self._eof and not self._queue):
+            self._close()
+            return
+        # Draining, but this response went out before the drain and promised keep-alive: closing now would
+        # race the client's next request. Keep the connection; that request gets Connection: close, and a
+        # connection still idle when the grace ends is closed.
+        if self._draining:
+            self._arm_drain_grace()
+        self.resume_reading(flow.UPSTREAM_FULL | flow.BODY_HELD | (flow.PIPELINED if len(self._queue) <= 1 else 0))
+        if self._queue:
+            self._start(self._queue[0])
+        elif self._req is not None:
+            self._deadline.arm(deadline.HEADER, self._header_timeout)
+        else:
+            self._deadline.arm(deadline.IDLE, self._idle_timeout)
+
+    def open_tunnel(self, tunnel: Tunnel) -> None:
+        """After a 101: the client's bytes go to ``tunnel``, never to the parser again; no deadline applies."""
+        self._tunnel = tunnel
+        self._upgrade_req = None
+        self._deadline.disarm()
+
+    # -- body bytes held for an exchange ---------------------------------------------------------------
+    def hold_body(self, req: Request, body: bytes) -> None:
+        """Keep body bytes until an upstream connection (or the WAF) takes them; reading pauses past the limit."""
+        req.body.append(body)
+        req.buffered += len(body)
+        self._read.held(req.buffered)
+        if self.track_buffers:
+            self.track(req.buffered)
+
+    def raise_hold_limit(self, limit: int, held: int) -> None:
+        """Hold up to ``limit`` body bytes (the WAF's body limit) instead of the default; with ``held`` bytes
+        held now, reading resumes when that is within the new limit."""
+        if self._read.raise_hold_limit(limit, held):
+            self._body_activity = self.loop.time()
+
+    def _hold_upgrade_data(self, data: bytes) -> None:
+        req = self._upgrade_req
+        assert req is not None
+        req.upgrade_data.append(data)
+        req.buffered += len(data)
+        if req.buffered > flow.BODY_BUFFER_LIMIT:  # the WAF's limit does not apply: it never sees these
+            self._read.pause(flow.BODY_HELD)
+
+    def client_cert_der(self) -> bytes | None:
+        """The client's certificate (DER, as the TLS layer gives it) when it sent one; looked up once."""
+        cert = self._client_cert
+        if cert is False:
+            value = self.transport.get_extra_info("peercert") if self.transport is not None else None
+            cert = self._client_cert = bytes(value) if isinstance(value, bytes | bytearray) else None
+        return cert  # type: ignore[return-value]
+
+    # -- flow control, deadlines, writes ---------------------------------------------------------------
+    def pause_reading(self, bit: int) -> None:
+        """Stop reading from the client for reason ``bit`` (``flow.UPSTREAM_FULL`` ...)."""
+        self._read.pause(bit)
+
+    def resume_reading(self, bit: int) -> None:
+        """``bit``'s reason is gone; reading resumes when no other is left."""
+        if self._read.bits & bit and self._read.resume(bit):  # the usual case: not paused for it, no call
+            self._body_activity = self.loop.time()
+
+    def _deadline_passed(self, kind: int) -> None:
+        if self._closing:
+            return
+        if kind == deadline.HEADER:
+            self.ctx.count("slowloris_closed")
+            self._abort()
+        elif kind == deadline.IDLE:
+            self.ctx.count("idle_closed")
+            self._close()
+        elif kind == deadline.BODY:
+            quiet = self.loop.time() - self._body_activity
+            if self._read.bits or quiet < self._idle_timeout:
+                # We paused reading ourselves, or bytes came since: the body is not idle yet.
+                delay = self._idle_timeout - quiet if not self._read.bits else self._idle_timeout
+                self._deadline.arm(deadline.BODY, delay)
+                return
+            self.ctx.count("body_timeout")
+            ex = self._ex
+            if ex is not None:
+                ex.respond_error(408)
+            else:
+                self._abort()
+
+    def _close(self) -> None:
+        if not self._closing:
+            self._closing = True
+            self._read.transport = None
+            self._deadline.stop()
+            if self.transport is not None:
+                self.transport.close()
+
+    def _abort(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self._closing = True
+            self._read.transport = None
+            self._deadline.stop()
+            self.transport.abort()
+        self._close()
+
+    def write(self, data: bytes) -> None:
+        self.transport.write(data)  # type: ignore[union-attr]
+        if self.track_buffers:
+            self.track(0)
+
+    def write_split(self, data: bytes) -> None:
+        """Raw bytes (tunnel) to the client, in pieces of at most CHUNK."""
+        for piece in split(data, CHUNK):
+            self.write(piece)
+
+    def track(self, held: int) -> None:
+        """Tests (``track_buffers``): note the bytes held in buffers now, ``held`` plus both write buffers."""
+        total = held
+        if self.transport is not None:
+            total += self.transport.get_write_buffer_size()
+        ex = self._ex
+        if ex is not None and ex.conn is not None and ex.conn.transport is not None:
+            total += ex.conn.transport.get_write_buffer_size()
+        if total > self.max_buffered:
+            self.max_buffered = total
+
+
+class PlainHTTPListener(L7Bridge):
+    """The :80 listener: ``/.well-known/acme-challenge/*`` goes to the acme service, everything else is 404."""
+
+    acme_only = True
+
+    def __init__(
+        self, ctx: L7Context, loop: asyncio.AbstractEventLoop, client_addr: tuple | None = None, scheme: str = "http"
+    ) -> None:
+        super().__init__(ctx, loop, client_addr, scheme)

@@ -1,0 +1,505 @@
+"""One request and its response (uvicorn's request-response cycle, h11's named states): admission, the
+upstream connection, both body directions, the response relayed and re-framed, the hand-over to a tunnel.
+
+Its lifecycle is one ``ExchangeState`` (state.py: the states, the transition table, the check).
+
+The exchange reaches its connection only through the connection's public methods (connection.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import httptools
+
+from sentin8.http.framing import (
+    HeadError,
+    error_response,
+    local_response,
+    response_head,
+)
+from sentin8.http.headers import Header, response_headers
+from sentin8.http.response import (
+    CRLF,
+    LAST_CHUNK,
+    chunk_size_line,
+    upstream_reusable,
+)
+from sentin8.routing import Instance
+from workers.upstream import UpstreamConn
+
+from . import flow
+from .admission import admit
+from .relay import ResponseRelay
+from .request import Request, Stop
+from .state import (
+    ANSWERED,
+    AWAITING,
+    CONNECTING,
+    DONE,
+    HEAD_SENT,
+    INSPECTING,
+    LEGAL,
+    RECEIVED,
+    RESPONSE_HEAD,
+    ROUTING,
+    SENDING,
+    STREAMING,
+    TUNNEL,
+    UPGRADING,
+    VERDICT,
+    ExchangeState,
+    ExchangeStateError,
+)
+from .tunnel import Tunnel
+from .waf_wait import WafWait
+
+if TYPE_CHECKING:
+    from .connection import L7Bridge
+
+log = logging.getLogger("sentin8.l7")
+
+LOCAL_DRAIN_MAX = 64 * 1024  # a refused request's body read and dropped to keep the connection; above it, close
+IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
+_STATUS_CLASS = {1: "status_1xx", 2: "status_2xx", 3: "status_3xx", 4: "status_4xx", 5: "status_5xx"}
+
+
+class Exchange(ResponseRelay):
+    """One request and its response; its states and their transitions are in state.py."""
+
+    __slots__ = (
+        "_cand_idx",
+        "_candidates",
+        "_out",
+        "_task",
+        "_waf",
+        "body_written",
+        "bridge",
+        "chunked_out",
+        "close_client",
+        "close_delimited",
+        "conn",
+        "continue_sent",
+        "corr",
+        "head_bytes",
+        "head_only",
+        "host",
+        "instance",
+        "req",
+        "resp_body_bytes",
+        "resp_budget",
+        "resp_extra",
+        "resp_headers",
+        "resp_keep_alive",
+        "resp_parser",
+        "resp_reason",
+        "retried",
+        "service",
+        "sidx",
+        "state",
+        "status",
+        "warm",
+    )
+
+    def __init__(self, bridge: L7Bridge, req: Request) -> None:
+        self.bridge = bridge
+        self.req = req
+        self.state = ROUTING
+        self.service = ""
+        self.sidx = 0  # metrics index: 0 = "_none" until a service is known
+        self.host = ""
+        self.corr = b""  # the correlation id sent upstream (a routed request only)
+        self.resp_body_bytes = 0
+        self.status = 0
+        self.conn: UpstreamConn | None = None
+        self.instance: Instance | None = None
+        self.warm = False
+        self.retried = False
+        self._task: asyncio.Task | None = None
+        self._candidates: list[Instance] = []
+        self._cand_idx = 0
+        self.head_bytes = b""
+        self.body_written = 0
+        self.head_only = False
+        self.close_client = False
+        self.continue_sent = False  # we answered Expect: 100-continue ourselves
+        self._waf: WafWait | None = None
+        self.resp_parser: httptools.HttpResponseParser | None = None
+        self._out: list[bytes] | None = None  # response bytes batched during one upstream read
+        self._reset_response()
+
+    def _to(self, state: ExchangeState) -> None:
+        if not LEGAL[self.state] >> state & 1:
+            raise ExchangeStateError(f"exchange {self.state.name} -> {state.name}")
+        self.state = state
+
+    # -- admission and the way upstream ------------------------------------------------------------------
+    def begin(self) -> None:
+        head = self.req.head
+        assert head is not None
+        self.head_only = head.method == b"HEAD"
+        admitted = admit(self, self.bridge, head)
+        if admitted is None:
+            return
+        self.head_bytes, self.corr, inspect = admitted
+        if inspect:
+            gate = self.bridge.ctx.waf_gate()
+            if gate is not None and gate.enabled():
+                self._waf = WafWait(self, gate)
+                self._waf.start()
+                return
+        self.forward()
+
+    def routed(self, service: str, sidx: int, host: str) -> None:
+        """Admission found the service: counted per service from here on, even when a later step refuses."""
+        self.service = service
+        self.sidx = sidx
+        self.host = host
+
+    def forward(self) -> None:
+        """Pick the backend and send the request: a pooled connection now, or a connect task."""
+        ctx = self.bridge.ctx
+        self._candidates = ctx.candidates(self.service)
+        if not self._candidates:
+            ctx.count("upstream_unavailable")
+            self.respond_error(503)
+            return
+        conn = ctx.pool.acquire(self._candidates[0].id)
+        if conn is not None:
+            ctx.upstream(self.sidx, "upstream_warm")
+            self._attach(conn, self._candidates[0], warm=True)
+        else:
+            self._to(CONNECTING)
+            self._task = self.bridge.loop.create_task(self._connect(fresh=False))
+
+    async def _connect(self, fresh: bool) -> None:
+        """Try the candidates from the current one on; connect failures mark suspects. Ends in a 502."""
+        ctx = self.bridge.ctx
+        try:
+            while self._cand_idx < len(self._candidates) and self.state is not DONE:
+                inst = self._candidates[self._cand_idx]
+                if not fresh:
+                    conn = ctx.pool.acquire(inst.id)
+                    if conn is not None:
+                        ctx.upstream(self.sidx, "upstream_warm")
+                        self._attach(conn, inst, warm=True)
+                        return
+                fresh = False
+                tls = None
+                if inst.tls:
+                    tls = ctx.upstream_tls(inst)
+                    if tls is None:
+                        log.warning("instance %s wants TLS and no upstream TLS is configured", inst.id)
+                        ctx.count("upstream_errors")
+                        self._cand_idx += 1
+                        continue
+                try:
+                    conn = await ctx.pool.connect(inst, tls)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    ctx.backend_failed(inst)
+                    self._cand_idx += 1
+                    continue
+                if self.state is DONE:
+                    ctx.pool.release(conn)  # unused and healthy: someone else can have it
+                    return
+                ctx.upstream(self.sidx, "upstream_cold")
+                self._attach(conn, inst, warm=False)
+                return
+            if self.state is not DONE:
+                ctx.count("upstream_errors")
+                self.respond_error(502)
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("upstream connect failed unexpectedly")
+            if self.state is not DONE:
+                self.respond_error(502)
+        finally:
+            self._task = None
+
+    def _attach(self, conn: UpstreamConn, inst: Instance, warm: bool) -> None:
+        b = self.bridge
+        self.conn = conn
+        self.instance = inst
+        self.warm = warm
+        conn.owner = self
+        self.body_written = 0
+        self.resp_parser = httptools.HttpResponseParser(self)
+        if b.writing_paused:
+            conn.pause_reading()
+        req = self.req
+        transport = conn.transport
+        assert transport is not None
+        head = req.head
+        assert head is not None
+        if head.websocket:
+            transport.write(self.head_bytes)
+            self._to(AWAITING)
+            conn.expect_response()
+            return  # its bytes wait for the 101
+        parts = [self.head_bytes]
+        if req.body:
+            for chunk in req.take_body():
+                self.body_written += len(chunk)
+                if head.chunked:
+                    parts += (chunk_size_line(len(chunk)), chunk, CRLF)
+                else:
+                    parts.append(chunk)
+        if req.complete and head.chunked:
+            parts.append(LAST_CHUNK)
+        if len(parts) == 1:
+            transport.write(parts[0])
+        else:
+            transport.writelines(parts)  # one vectored write on uvloop
+        if req.complete:
+            self._to(AWAITING)
+            conn.expect_response()
+        else:
+            self._to(SENDING)
+        b.resume_reading(flow.BODY_HELD)
+        if b.track_buffers:
+            b.track(0)
+
+    # -- request body (client -> upstream) -------------------------------------------------------------
+    def client_body(self, data: bytes) -> None:
+        state = self.state
+        if state is DONE or state is ANSWERED:
+            return  # answered already (an early response or an error): the rest is dropped
+        if self.conn is None:
+            self.bridge.hold_body(self.req, data)
+            if state is INSPECTING:
+                self._waf.body_progress()  # type: ignore[union-attr]
+            return
+        self._write_body(data)
+        if self.bridge.track_buffers:
+            self.bridge.track(0)
+
+    def client_body_end(self) -> None:
+        state = self.state
+        if state is INSPECTING:
+            self._waf.run()  # type: ignore[union-attr]
+        elif state is ANSWERED:
+            self._finish(reuse=False, close_client=False)  # the body is read: the next request may follow
+        elif state is not DONE and self.conn is not None:
+            if self.req.head.chunked:  # type: ignore[union-attr]
+                self.conn.transport.write(LAST_CHUNK)  # type: ignore[union-attr]
+            if state is SENDING:
+                self._to(AWAITING)  # the backend has upstream.response_timeout_s to start answering
+                self.conn.expect_response()
+
+    def _write_body(self, data: bytes) -> None:
+        transport = self.conn.transport  # type: ignore[union-attr]
+        self.body_written += len(data)
+        if self.req.head.chunked:  # type: ignore[union-attr]
+            transport.writelines((chunk_size_line(len(data)), data, CRLF))
+        else:
+            transport.write(data)
+
+    # -- the WAF's wait (waf_wait.py) --------------------------------------------------------------------
+    def await_body(self, limit: int) -> None:
+        """The WAF needs the body first: hold up to ``limit`` bytes of it."""
+        self._to(INSPECTING)
+        self.bridge.raise_hold_limit(limit, self.req.buffered)
+
+    def send_continue(self) -> None:
+        """Answer ``Expect: 100-continue`` ourselves (the backend cannot: it has not seen the request)."""
+        self.continue_sent = True
+        self.bridge.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def inspecting(self) -> None:
+        self._to(VERDICT)
+
+    # -- upstream connection events ----------------------------------------------------------------------
+    def upstream_data(self, data: bytes) -> None:
+        state = self.state
+        if state is DONE:
+            return
+        if state is SENDING or state is AWAITING:
+            self._to(RESPONSE_HEAD)
+        parser = self.resp_parser
+        assert parser is not None
+        self._out = []
+        try:
+            parser.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:
+            self._flush()
+            self._switch_to_tunnel(data[exc.args[0] :])
+            return
+        except httptools.HttpParserError as exc:
+            self._flush()
+            if self.state is not RECEIVED or not isinstance(exc.__context__, Stop):
+                cause = exc.__context__
+                if cause is not None and not isinstance(cause, Stop | HeadError):
+                    log.error("L7 bridge response callback failed", exc_info=cause)
+                self._upstream_failed()
+                return
+        self._flush()
+        if self.state is RECEIVED:
+            self._response_done()
+
+    def upstream_lost(self, conn: UpstreamConn, exc: Exception | None) -> None:
+        state = self.state
+        if state is DONE or conn is not self.conn:
+            return
+        self.conn = None
+        if state is SENDING or state is AWAITING:
+            if self.warm and not self.retried and self.body_written == 0 and self.req.head.method in IDEMPOTENT:  # type: ignore[union-attr]
+                # A pooled connection the backend had closed: replay once on a fresh one (RFC 9110 §9.2.2).
+                self.retried = True
+                self.bridge.ctx.upstream(self.sidx, "upstream_stale_retry")
+                self.bridge.resume_reading(flow.UPSTREAM_FULL)
+                self._to(CONNECTING)
+                self._task = self.bridge.loop.create_task(self._connect(fresh=True))
+                return
+            self.bridge.ctx.count("upstream_errors")
+            self.respond_error(502)
+            return
+        if state is STREAMING and self.close_delimited:
+            # The body was delimited by the close: this is its end.
+            if self.chunked_out:
+                self.bridge.write(LAST_CHUNK)
+            self._finish(reuse=False, close_client=self.close_client)
+            return
+        self._upstream_failed()
+
+    def upstream_pause_writing(self) -> None:
+        self.bridge.pause_reading(flow.UPSTREAM_FULL)
+        self.bridge.ctx.count("backpressure_client_paused")
+
+    def upstream_resume_writing(self) -> None:
+        self.bridge.resume_reading(flow.UPSTREAM_FULL)
+
+    def upstream_timeout(self) -> None:
+        if self.state is not AWAITING:
+            return
+        self.bridge.ctx.count("upstream_timeout")
+        self.respond_error(504)  # the connection is closed, never pooled: a late answer must not leak
+
+    def _upstream_failed(self) -> None:
+        """The backend broke the response: 502 if nothing was sent yet, else cut the client off."""
+        if self.state not in HEAD_SENT:
+            self.bridge.ctx.count("upstream_errors")
+            self.respond_error(502)
+        else:
+            self.bridge.ctx.count("upstream_truncated")
+            self._finish(reuse=False, close_client=True)
+
+    def _response_done(self) -> None:
+        reuse = upstream_reusable(
+            backend_keep_alive=self.resp_keep_alive,
+            extra_bytes=self.resp_extra,
+            head_only=self.head_only,
+            close_delimited=self.close_delimited,
+            request_complete=self.req.complete,
+        )
+        self._finish(reuse=reuse, close_client=self.close_client)
+
+    # -- the switch to a tunnel ----------------------------------------------------------------------------
+    def _switch_to_tunnel(self, rest: bytes) -> None:
+        if self.state is not UPGRADING:
+            self._upstream_failed()
+            return
+        b = self.bridge
+        conn = self.conn
+        assert conn is not None
+        b.write(response_head(101, self.resp_reason, response_headers(self.resp_headers, upgrade=True)))
+        self.status = 101
+        self._to(TUNNEL)
+        b.ctx.count("websocket_upgrades")
+        b.ctx.count("status_1xx")
+        b.ctx.request_done(self, b.loop.time() - self.req.t0)
+        b.open_tunnel(Tunnel(self, b, conn, rest, self.req.take_upgrade_data()))
+        b.resume_reading(flow.BODY_HELD | flow.STOPPED | flow.PIPELINED)
+
+    def tunnel_closed(self) -> None:
+        """The backend closed the tunnel: so does the client connection."""
+        self.conn = None
+        self._finish(reuse=False, close_client=True)
+
+    # -- endings -----------------------------------------------------------------------------------------
+    def respond_error(self, status: int) -> None:
+        """Answer ``status`` and close the client connection (or just close, mid-response)."""
+        if self.state is DONE:
+            return
+        b = self.bridge
+        if self.state not in HEAD_SENT:
+            self.status = status
+            b.ctx.count(f"http_{status}")
+            if not b.closing:
+                b.write(error_response(status, head_only=self.head_only))
+        self._finish(reuse=False, close_client=True)
+
+    def respond_local(self, status: int, headers: list[Header], *, keep_alive: bool, body: bytes | None = None) -> None:
+        """Answer ``status`` ourselves; keep the connection when asked to and the client allows it.
+
+        A body still to come is read and dropped first (ANSWERED), up to ``LOCAL_DRAIN_MAX`` bytes declared;
+        a bigger or chunked body is not worth reading: the connection closes after the answer.
+        """
+        if self.state is DONE:
+            return
+        b = self.bridge
+        req = self.req
+        head = req.head
+        assert head is not None
+        keep = (
+            keep_alive
+            and head.keep_alive
+            and head.version == "1.1"
+            and not head.websocket
+            and not b.draining
+            and (req.complete or (not head.chunked and (head.content_length or 0) <= LOCAL_DRAIN_MAX))
+        )
+        self.status = status
+        b.ctx.count(f"http_{status}")
+        if not b.closing:
+            b.write(local_response(status, headers, close=not keep, head_only=self.head_only, body=body))
+        if not keep:
+            self._finish(reuse=False, close_client=True)
+        elif req.complete:
+            self._finish(reuse=False, close_client=False)
+        else:
+            self._to(ANSWERED)
+
+    def client_gone(self) -> None:
+        """The client connection closed under us."""
+        if self.state is DONE:
+            return
+        self._to(DONE)
+        self.bridge.ctx.count("client_aborted")
+        self._cancel_connect()
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.close()
+
+    def _cancel_connect(self) -> None:
+        task, self._task = self._task, None
+        # Not the task we are running in: it is about to return by itself.
+        if task is not None and not task.done() and task is not asyncio.current_task(self.bridge.loop):
+            task.cancel()
+
+    def _finish(self, reuse: bool, close_client: bool) -> None:
+        if self.state is DONE:
+            return
+        self._to(DONE)
+        b = self.bridge
+        ctx = b.ctx
+        if self._task is not None:
+            self._cancel_connect()
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            if reuse and not conn.closed:
+                ctx.pool.release(conn)
+            else:
+                conn.close()
+        status = self.status
+        if self.instance is not None and status:
+            # the backend's own 502/503/504 and the ones we answered for it (broken response, timeout)
+            ctx.upstream_result(self.instance.id, status not in (502, 503, 504))
+        if status and status != 101:  # counted and timed at the switch
+            ctx.count(_STATUS_CLASS.get(status // 100, "status_other"))
+            ctx.request_done(self, b.loop.time() - self.req.t0)
+        b.exchange_done(self, close_client)

@@ -1,0 +1,173 @@
+"""The request half of a client connection: the httptools request callbacks. They cap the head (431/414),
+validate it (400 and the smuggling shapes, ``sentin8/http/framing.py``), queue a complete head, and hand body
+bytes to the request's exchange (or hold them until it has one). A malformed request stops the parser: it is
+answered in its turn, and the connection closes.
+
+``RequestReader`` is the base of ``L7Bridge`` (connection.py): one object per connection, this module the
+parser's side of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import httptools
+
+from sentin8.http.framing import HeaderBudget, HeadError, request_line_is_http, validate_request
+
+from . import deadline, flow
+from .contract import L7Context
+from .request import Request, Stop
+
+log = logging.getLogger("sentin8.l7")
+
+
+class RequestReader:
+    # Provided by L7Bridge.
+    ctx: L7Context
+    loop: asyncio.AbstractEventLoop
+    _closing: bool
+    _read: flow.ReadPause
+    _req: Request | None
+    _upgrade_req: Request | None
+    _max_headers: int
+    _max_header_bytes: int
+    _feeding: bytes
+    _head_raw: int
+    _parser: httptools.HttpRequestParser
+    _progress: bool
+    _completed_in_feed: bool
+    _deadline: deadline.Deadline
+
+    def _enqueue(self, req: Request) -> None:
+        raise NotImplementedError
+
+    def _abort(self) -> None:
+        raise NotImplementedError
+
+    def hold_body(self, req: Request, body: bytes) -> None:
+        raise NotImplementedError
+
+    # -- httptools request callbacks -------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self._closing or self._read.bits & flow.STOPPED:
+            raise Stop
+        req = self._req = Request(HeaderBudget(self._max_headers, self._max_header_bytes))
+        req.line_raw.append(self._feeding)
+        self._head_raw = 0
+
+    def on_url(self, url: bytes) -> None:
+        req = self._req
+        assert req is not None
+        req.url += url
+        if len(req.url) > self._max_header_bytes:
+            self._reject(414)
+            raise Stop
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        req = self._req
+        assert req is not None
+        if req.head is None:
+            try:
+                req.budget.add(name, value)
+            except HeadError as exc:
+                self._reject(exc.status)
+                raise Stop from None
+            req.headers.append((name, value))
+        else:
+            # Trailers are dropped (a recipient may discard them, RFC 9110 §6.5.1); still bounded.
+            req.trailer_bytes += len(name) + len(value) + 4
+            if req.trailer_bytes > self._max_header_bytes:
+                self._body_failed(400)
+                raise Stop
+
+    def on_headers_complete(self) -> None:
+        req = self._req
+        assert req is not None
+        if self._closing:
+            raise Stop
+        self._progress = True
+        p = self._parser
+        raw, req.line_raw = req.line_raw, []
+        version = p.get_http_version()
+        if not request_line_is_http(raw[0] if len(raw) == 1 else b"".join(raw), p.get_method(), req.url):
+            self._reject(400)  # RTSP/1.x or ICE/1.0: llhttp reports them as HTTP versions, but they are not HTTP
+            raise Stop
+        try:
+            req.head = validate_request(
+                p.get_method(),
+                req.url,
+                version,
+                req.headers,
+                keep_alive=p.should_keep_alive(),
+                upgrade=p.should_upgrade(),
+            )
+        except HeadError as exc:
+            self._reject(exc.status)
+            raise Stop from None
+        self._deadline.disarm_if(deadline.HEADER)
+        if req.head.websocket:
+            self._upgrade_req = req  # bytes after this head belong to the websocket, not to HTTP
+        self._enqueue(req)
+
+    def on_body(self, body: bytes) -> None:
+        self._progress = True
+        req = self._req
+        assert req is not None
+        ex = req.exchange
+        if ex is not None:
+            ex.client_body(body)
+        else:
+            self.hold_body(req, body)
+
+    def on_message_complete(self) -> None:
+        req = self._req
+        assert req is not None
+        self._req = None
+        req.complete = True
+        self._progress = True
+        self._completed_in_feed = True
+        self._deadline.disarm_if(deadline.BODY)
+        ex = req.exchange
+        if ex is not None:
+            ex.client_body_end()
+
+    def _reject(self, status: int) -> None:
+        """Stop parsing; answer ``status`` (after whatever is in flight) and close."""
+        self._read.pause(flow.STOPPED)
+        self._deadline.disarm_if(deadline.HEADER)
+        req = self._req
+        self._req = None
+        if req is None or req.head is not None:
+            req = Request(HeaderBudget(0, 0))
+        req.reject = status
+        self._enqueue(req)
+
+    def _body_failed(self, status: int) -> None:
+        """The body of a request whose head was accepted turned out malformed."""
+        req = self._req
+        self._req = None
+        self._read.pause(flow.STOPPED)
+        if req is None:
+            return
+        ex = req.exchange
+        if ex is not None:
+            ex.respond_error(status)  # 400, or a plain close when the response already started
+        else:
+            req.reject = status  # queued behind another request; its turn will answer and close
+
+    def _parse_failed(self, exc: httptools.HttpParserError) -> None:
+        cause = exc.__context__
+        if self._closing or (isinstance(cause, Stop) and self._read.bits & flow.STOPPED):
+            return  # a callback already decided
+        if cause is not None and not isinstance(cause, Stop):
+            log.error("L7 bridge callback failed", exc_info=cause)
+            self.ctx.count("bridge_errors")
+            self._abort()
+            return
+        req = self._req
+        if req is not None and req.head is not None:
+            self._body_failed(400)
+        else:
+            self._reject(400)
