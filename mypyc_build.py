@@ -3,7 +3,7 @@
 Optional at install. The ``.py`` files stay the one source: mypyc turns each listed module into a C extension
 (``<module>.cpython-3xx-….so``) beside its ``.py``, and Python's import system prefers an extension to a source
 file in the same directory, so the compiled build and the pure one are the same code run two ways. Without a
-build nothing changes. The list is ``[tool.sentin8] mypyc`` in pyproject.toml; ``bench/native.py`` measures
+build nothing changes. The list is ``sentin8.native.MODULES``; ``bench/native.py`` measures
 what each module gains.
 
     python mypyc_build.py build    compile (needs the ``compile`` extra and a C compiler); exit 0 even when
@@ -13,51 +13,53 @@ what each module gains.
                                    1 when none are present, 2 when they are stale (built from other sources)
 
 A stale build is the one real hazard: an extension built from yesterday's source would shadow today's edit.
-The stamp (a hash of the listed sources, the compiler's version and the interpreter's ABI) catches it;
-``./dev`` removes or rebuilds a stale build before it runs anything, and ``tests/test_native.py`` fails if one
-is ever loaded.
+The stamp (a hash of the listed sources and the interpreter's ABI, ``sentin8.native.fingerprint``) catches it:
+``./dev`` removes or rebuilds a stale build before it runs anything, and ``sentin8.native.guard`` makes any
+process that still meets one (systemd after an in-place upgrade) load the ``.py`` files instead.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import shutil
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent
 GROUP = "sentin8.native"  # mypyc's shared runtime library: sentin8/native__mypyc.<abi>.so, inside the package
-STAMP = ROOT / "sentin8" / "native.stamp"
+
+
+def _native() -> ModuleType:
+    """sentin8/native.py, loaded by path: not through the package, whose import runs the guard."""
+    spec = importlib.util.spec_from_file_location("sentin8_native_build", ROOT / "sentin8" / "native.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+native = _native()
+STAMP = native.stamp()
 
 
 def modules() -> list[str]:
-    """The dotted names of the modules compiled, from pyproject.toml."""
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        return list(tomllib.load(f)["tool"]["sentin8"]["mypyc"])
+    """The dotted names of the modules compiled (``sentin8.native.MODULES``)."""
+    return list(native.MODULES)
 
 
 def source(module: str) -> Path:
-    return ROOT / (module.replace(".", "/") + ".py")
+    return native.source(module)
 
 
 def extensions() -> list[Path]:
     """Every compiled file this build may have left, present or not."""
     out = []
-    for module in [*modules(), GROUP + "__mypyc"]:
+    for module in [*modules(), native.RUNTIME]:
         base = source(module).with_suffix("")
         out += [base.with_name(base.name + suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES]
     return out
-
-
-def fingerprint() -> str:
-    """What a build depends on: the listed sources and the interpreter's ABI (mypy is pinned in pyproject)."""
-    h = hashlib.sha256(sys.implementation.cache_tag.encode())
-    for module in modules():
-        h.update(module.encode() + b"\0" + source(module).read_bytes() + b"\0")
-    return h.hexdigest()
 
 
 def present() -> list[Path]:
@@ -71,11 +73,7 @@ def clean() -> None:
 
 
 def check() -> int:
-    if not present():
-        return 1
-    if not STAMP.exists() or STAMP.read_text().split()[:1] != [fingerprint()]:
-        return 2
-    return 0
+    return {"compiled": 0, "pure": 1, "stale": 2}[native.state()]
 
 
 def build() -> int:
@@ -104,7 +102,7 @@ def build() -> int:
     if missing:
         clean()
         return _fallback(f"the build left no extension for {', '.join(missing)}")
-    STAMP.write_text(f"{fingerprint()} mypy {_mypy_version()}\n")
+    STAMP.write_text(f"{native.fingerprint()} mypy {_mypy_version()}\n")
     print(f"mypyc: compiled in place: {', '.join(modules())}", file=sys.stderr)
     return 0
 

@@ -3,11 +3,11 @@
     ./dev compile && .venv/bin/python -m bench.native [--rounds 7]
 
 Both builds in one process, on the same inputs: the compiled modules are imported as usual (the extensions
-``mypyc_build.py`` left beside the sources), and each listed ``.py`` is loaded a second time from its source
-file under another name, so the pure one runs the same code. Inputs are what one connection and one keep-alive
-request carry through the hot functions: a real X25519MLKEM768 ClientHello, the request head wrk sends, a
-backend nginx's response head. Prints nanoseconds per call (the best of ``--rounds``) and the speed-up, then
-the per-request and per-connection sums. A load test, never a timed test.
+``mypyc_build.py`` left beside the sources), and each listed ``.py`` (``sentin8.native.MODULES``) is loaded a
+second time from its source file under another name, so the pure one runs the same code. Inputs are what one
+connection and one keep-alive request carry through the hot functions: a real X25519MLKEM768 ClientHello, the
+request head wrk sends, a backend nginx's response head. Prints nanoseconds per call (the best of ``--rounds``)
+and the speed-up, then the per-request and per-connection sums. A load test, never a timed test.
 """
 
 from __future__ import annotations
@@ -18,30 +18,19 @@ import importlib.util
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from types import ModuleType
 
 from OpenSSL import SSL
 
 from bench import pqtls
+from sentin8 import native
 from sentin8.routing import Route
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _listed() -> list[str]:
-    spec = importlib.util.spec_from_file_location("mypyc_build", ROOT / "mypyc_build.py")
-    assert spec is not None and spec.loader is not None
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
-    return build.modules()
 
 
 def _pure(name: str) -> ModuleType:
     """``name`` loaded from its .py file under ``<name>__pure`` (its package stays ``name``'s, so relative
     imports resolve to the real siblings)."""
-    path = ROOT / (name.replace(".", "/") + ".py")
-    spec = importlib.util.spec_from_file_location(name + "__pure", path)
+    spec = importlib.util.spec_from_file_location(name + "__pure", native.source(name))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
@@ -162,11 +151,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
     a = ap.parse_args()
-    names = _listed()
+    names = list(native.MODULES)
     compiled = {n: importlib.import_module(n) for n in names}
-    missing = [n for n, mod in compiled.items() if not str(mod.__file__).endswith(".so")]
-    if missing:
-        print(f"bench.native: not compiled: {', '.join(missing)} (run ./dev compile first)", file=sys.stderr)
+    if native.state() != "compiled" or any(not str(m.__file__).endswith(".so") for m in compiled.values()):
+        print("bench.native: the compiled build is not loaded (./dev compile first)", file=sys.stderr)
         return 2
     pure = {n: _pure(n) for n in names}
     rows = []

@@ -1,34 +1,26 @@
-"""The optional mypyc build (mypyc_build.py): the modules that run are the ones the build state says.
+"""The optional mypyc build: the modules that run are the ones ``sentin8.native`` says, never a stale build.
 
 The suite runs against whichever build is in place: pure Python by default, the compiled extensions after
-``./dev compile`` (README, "Compiled modules"). These tests pin that the listed modules are all loaded the one
-way or all the other, never from a build of other sources, and that the compiled ones take the same argument
-types the callers pass.
+``./dev compile`` (README, "Compiled modules"). These tests pin that every listed module is loaded the one way
+or every one the other, that a build made from other sources (or ``SENTIN8_MYPYC=0``) runs the ``.py`` files,
+and that the compiled modules take the argument types their callers pass.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.machinery
-import importlib.util
-from pathlib import Path
-from types import ModuleType
+import os
+import subprocess
+import sys
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+import sentin8
+from sentin8 import native
 
-
-def _build() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mypyc_build", ROOT / "mypyc_build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build = _build()
-COMPILED = build.check() == 0
+COMPILED = sentin8.BUILD == "compiled"
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
 def _loaded_from(name: str) -> str:
@@ -36,27 +28,67 @@ def _loaded_from(name: str) -> str:
 
 
 def test_the_hot_modules_are_listed():
-    listed = build.modules()
-    assert "sentin8.clienthello" in listed
-    assert "sentin8.http.framing" in listed
-    for name in listed:
-        assert (ROOT / (name.replace(".", "/") + ".py")).is_file(), name
+    assert "sentin8.clienthello" in native.MODULES
+    assert "sentin8.http.framing" in native.MODULES
+    for name in native.MODULES:
+        assert native.source(name).is_file(), name
 
 
-def test_no_build_from_other_sources_is_ever_loaded():
-    # ./dev removes or rebuilds a stale build before running anything; a stale extension would shadow the
-    # .py files being tested
-    assert build.check() != 2, "compiled modules built from other sources: ./dev compile or ./dev pure"
-
-
-def test_every_listed_module_runs_as_the_build_says():
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    for name in build.modules():
+def test_every_listed_module_runs_as_the_guard_decided():
+    for name in native.MODULES:
         where = _loaded_from(name)
         if COMPILED:
-            assert where.endswith(suffix), f"{name} is compiled but {where} was loaded"
+            assert where.endswith(SUFFIX), f"{name} should run compiled, {where} was loaded"
         else:
-            assert where.endswith(".py"), f"{name} has no current build but {where} was loaded"
+            assert where.endswith(".py"), f"{name} should run pure, {where} was loaded"
+
+
+def test_a_stale_build_is_never_the_one_that_runs():
+    assert native.state() != "stale" or not COMPILED
+
+
+def test_the_finder_loads_the_source_file():
+    finder = native.SourceFirst()
+    spec = finder.find_spec("sentin8.http.framing")
+    assert spec is not None and str(spec.origin).endswith("framing.py")
+    assert finder.find_spec("sentin8.routing") is None  # not listed: the usual finders decide
+
+
+def test_state_of_a_tree(tmp_path):
+    # a copy of the listed sources with stand-in extension files: state() reads names and the stamp only
+    for name in native.MODULES:
+        copy = native.source(name, tmp_path)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(native.source(name).read_bytes())
+    assert native.state(tmp_path) == "pure"
+    for name in (*native.MODULES, native.RUNTIME):
+        native.extension(name, tmp_path).write_bytes(b"")
+    assert native.state(tmp_path) == "stale"  # no stamp: not known to be built from these sources
+    native.stamp(tmp_path).write_text(f"{native.fingerprint(tmp_path)} mypy 2.4.0\n")
+    assert native.state(tmp_path) == "compiled"
+    edited = native.source("sentin8.netclass", tmp_path)
+    edited.write_bytes(edited.read_bytes() + b"# edited after the build\n")
+    assert native.state(tmp_path) == "stale"
+    native.stamp(tmp_path).write_text(f"{native.fingerprint(tmp_path)} mypy 2.4.0\n")
+    native.extension(native.RUNTIME, tmp_path).unlink()  # a half-removed build would fail to import
+    assert native.state(tmp_path) == "stale"
+
+
+def _build_in_child(env_value: str) -> str:
+    env = {**os.environ, "SENTIN8_MYPYC": env_value}
+    code = "import sentin8, sentin8.http.framing as f; print(sentin8.BUILD, f.__file__)"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+
+
+def test_sentin8_mypyc_0_runs_pure_even_when_compiled():
+    build, where = _build_in_child("0").split()
+    assert build == "pure" and where.endswith("framing.py")
+
+
+@pytest.mark.skipif(not COMPILED, reason="pure Python build (./dev compile to run this compiled)")
+def test_a_compiled_build_runs_compiled_in_a_fresh_process():
+    build, where = _build_in_child("1").split()
+    assert build == "compiled" and where.endswith(SUFFIX)
 
 
 @pytest.mark.skipif(not COMPILED, reason="pure Python build (./dev compile to run this compiled)")
