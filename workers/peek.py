@@ -39,65 +39,89 @@ def _peer_closed(fd: int) -> bool:
     return bool(p.poll(0))
 
 
-async def peek_client_hello(
-    loop: asyncio.AbstractEventLoop, sock: socket.socket, max_bytes: int, timeout: float
-) -> ClientHello:
-    fd = sock.fileno()
-    fut: asyncio.Future[ClientHello] = loop.create_future()
-    state = {"seen": 0, "lowat": 1}
+class _Peek:
+    """One connection's peek: ``attempt`` runs whenever the socket is readable (first at once, then from the
+    loop), and keeps what the next attempt needs: the bytes seen last time and the SO_RCVLOWAT set."""
 
-    def fail(reason: str) -> None:
-        if not fut.done():
-            fut.set_exception(PeekFailed(reason))
+    __slots__ = ("fut", "lowat", "max_bytes", "seen", "sock")
 
-    def on_readable() -> None:
+    def __init__(self, sock: socket.socket, max_bytes: int) -> None:
+        self.sock = sock
+        self.max_bytes = max_bytes
+        self.seen = 0
+        self.lowat = 1
+        self.fut: asyncio.Future[ClientHello] | None = None
+
+    def attempt(self) -> ClientHello | None:
+        """The ClientHello once it is all in the socket, None while more is expected; ``PeekFailed`` else."""
+        sock = self.sock
         try:
-            data = sock.recv(max_bytes, socket.MSG_PEEK)
+            data = sock.recv(self.max_bytes, socket.MSG_PEEK)
         except (BlockingIOError, InterruptedError):
-            return
+            return None
         except OSError:
-            fail("peek_eof")
-            return
+            raise PeekFailed("peek_eof") from None
         if not data:
-            fail("peek_eof")
-            return
+            raise PeekFailed("peek_eof")
         try:
             result = clienthello.parse(data)
         except ClientHelloError as exc:
             _refuse(sock, len(data), exc.alert)
-            fail("peek_bad_version" if isinstance(exc, BadRecordVersion) else "peek_garbage")
-            return
-        if isinstance(result, Incomplete):
-            if len(data) >= max_bytes:
-                fail("peek_oversize")
-                return
-            if len(data) == state["seen"] and _peer_closed(fd):
-                fail("peek_eof")  # FIN with a partial hello: readable forever, never complete
-                return
-            state["seen"] = len(data)
-            want = min(len(data) + result.missing, max_bytes)
-            if want != state["lowat"]:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
-                state["lowat"] = want
-            return
-        if not fut.done():
-            fut.set_result(result)
+            raise PeekFailed("peek_bad_version" if isinstance(exc, BadRecordVersion) else "peek_garbage") from None
+        if not isinstance(result, Incomplete):
+            return result
+        if len(data) >= self.max_bytes:
+            raise PeekFailed("peek_oversize")
+        if len(data) == self.seen and _peer_closed(sock.fileno()):
+            raise PeekFailed("peek_eof")  # FIN with a partial hello: readable forever, never complete
+        self.seen = len(data)
+        want = min(len(data) + result.missing, self.max_bytes)
+        if want != self.lowat:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
+            self.lowat = want
+        return None
 
-    # With TCP_DEFER_ACCEPT the hello is usually there at accept: try once before involving the loop.
-    on_readable()
-    if fut.done():
-        if state["lowat"] != 1:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
-        return fut.result()
-    loop.add_reader(fd, on_readable)
-    timer = loop.call_later(timeout, fail, "peek_timeout")
-    try:
-        return await fut
-    finally:
-        timer.cancel()
-        loop.remove_reader(fd)
-        if state["lowat"] != 1:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
-            except OSError:
-                pass
+    async def wait(self, loop: asyncio.AbstractEventLoop, timeout: float) -> ClientHello:
+        """Attempt on every readable event until the hello is complete, it fails, or ``timeout`` passes."""
+        fd = self.sock.fileno()
+        self.fut = loop.create_future()
+        loop.add_reader(fd, self._on_readable)
+        timer = loop.call_later(timeout, self._fail, PeekFailed("peek_timeout"))
+        try:
+            return await self.fut
+        finally:
+            timer.cancel()
+            loop.remove_reader(fd)
+            if self.lowat != 1:
+                try:
+                    self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+                except OSError:
+                    pass
+
+    def _on_readable(self) -> None:
+        fut = self.fut
+        if fut is None or fut.done():
+            return
+        try:
+            hello = self.attempt()
+        except PeekFailed as exc:
+            fut.set_exception(exc)
+            return
+        if hello is not None:
+            fut.set_result(hello)
+
+    def _fail(self, exc: PeekFailed) -> None:
+        if self.fut is not None and not self.fut.done():
+            self.fut.set_exception(exc)
+
+
+async def peek_client_hello(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, max_bytes: int, timeout: float
+) -> ClientHello:
+    peek = _Peek(sock, max_bytes)
+    # With TCP_DEFER_ACCEPT the hello is nearly always there at accept: one recv and one parse, and no
+    # future, reader or timer (this runs once per connection, before every full handshake).
+    hello = peek.attempt()
+    if hello is not None:
+        return hello
+    return await peek.wait(loop, timeout)

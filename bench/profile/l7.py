@@ -76,11 +76,24 @@ def main() -> int:
                 line.append(f"wrk {s.value or 0:8.0f} req/s {per:6.1f} CPU-us/req err={s.errors}")
             if "hs" in what:
                 spy = _spy(a.pyspy, l7.worker_pids()[0]) if first else None
+                each0 = {pid: procs.cpu_seconds([pid]) for pid in pids}
                 c0 = procs.cpu_seconds(pids)
                 s = loadtools.h2load_handshakes(tc, url, a.handshakes)
                 cpu = procs.cpu_seconds(pids) - c0
+                each = {pid: procs.cpu_seconds([pid]) - t for pid, t in each0.items()}
                 _stop(spy)
                 line.append(f"hs {s.value or 0:6.0f}/s {cpu / max(1, s.count) * 1e3:5.2f} CPU-ms err={s.errors}")
+                # where the CPU per handshake goes: workers vs the supervisor, resolver and mgmt processes
+                workers = set(l7.worker_pids())
+                n = max(1, s.count)
+                line.append(
+                    "per process "
+                    + " ".join(
+                        f"{'w' if pid in workers else procs.cmdline(pid).split(':')[-1].strip()[:10]}"
+                        f"={each[pid] / n * 1e3:.3f}"
+                        for pid in pids
+                    )
+                )
             if "ws" in what:
                 s = clients.ws_echo(l7.l7_port, "ws.bench.test", True, a.duration)
                 line.append(f"ws {s.value or 0:6.1f} us")

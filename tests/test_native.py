@@ -1,0 +1,108 @@
+"""The optional mypyc build: the modules that run are the ones ``sentin8.native`` says, never a stale build.
+
+The suite runs against whichever build is in place: pure Python by default, the compiled extensions after
+``./dev compile`` (README, "Compiled modules"). These tests pin that every listed module is loaded the one way
+or every one the other, that a build made from other sources (or ``SENTIN8_MYPYC=0``) runs the ``.py`` files,
+and that the compiled modules take the argument types their callers pass.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import os
+import subprocess
+import sys
+
+import pytest
+
+import sentin8
+from sentin8 import native
+
+COMPILED = sentin8.BUILD == "compiled"
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def _loaded_from(name: str) -> str:
+    return str(importlib.import_module(name).__file__)
+
+
+def test_the_hot_modules_are_listed():
+    assert "sentin8.clienthello" in native.MODULES
+    assert "sentin8.http.framing" in native.MODULES
+    for name in native.MODULES:
+        assert native.source(name).is_file(), name
+
+
+def test_every_listed_module_runs_as_the_guard_decided():
+    for name in native.MODULES:
+        where = _loaded_from(name)
+        if COMPILED:
+            assert where.endswith(SUFFIX), f"{name} should run compiled, {where} was loaded"
+        else:
+            assert where.endswith(".py"), f"{name} should run pure, {where} was loaded"
+
+
+def test_a_stale_build_is_never_the_one_that_runs():
+    assert native.state() != "stale" or not COMPILED
+
+
+def test_the_finder_loads_the_source_file():
+    finder = native.SourceFirst()
+    spec = finder.find_spec("sentin8.http.framing")
+    assert spec is not None and str(spec.origin).endswith("framing.py")
+    assert finder.find_spec("sentin8.routing") is None  # not listed: the usual finders decide
+
+
+def test_state_of_a_tree(tmp_path):
+    # a copy of the listed sources with stand-in extension files: state() reads names and the stamp only
+    for name in native.MODULES:
+        copy = native.source(name, tmp_path)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(native.source(name).read_bytes())
+    assert native.state(tmp_path) == "pure"
+    for name in (*native.MODULES, native.RUNTIME):
+        native.extension(name, tmp_path).write_bytes(b"")
+    assert native.state(tmp_path) == "stale"  # no stamp: not known to be built from these sources
+    native.stamp(tmp_path).write_text(f"{native.fingerprint(tmp_path)} mypy 2.4.0\n")
+    assert native.state(tmp_path) == "compiled"
+    edited = native.source("sentin8.netclass", tmp_path)
+    edited.write_bytes(edited.read_bytes() + b"# edited after the build\n")
+    assert native.state(tmp_path) == "stale"
+    native.stamp(tmp_path).write_text(f"{native.fingerprint(tmp_path)} mypy 2.4.0\n")
+    native.extension(native.RUNTIME, tmp_path).unlink()  # a half-removed build would fail to import
+    assert native.state(tmp_path) == "stale"
+
+
+def _build_in_child(env_value: str) -> str:
+    env = {**os.environ, "SENTIN8_MYPYC": env_value}
+    code = "import sentin8, sentin8.http.framing as f; print(sentin8.BUILD, f.__file__)"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+
+
+def test_sentin8_mypyc_0_runs_pure_even_when_compiled():
+    build, where = _build_in_child("0").split()
+    assert build == "pure" and where.endswith("framing.py")
+
+
+@pytest.mark.skipif(not COMPILED, reason="pure Python build (./dev compile to run this compiled)")
+def test_a_compiled_build_runs_compiled_in_a_fresh_process():
+    build, where = _build_in_child("1").split()
+    assert build == "compiled" and where.endswith(SUFFIX)
+
+
+@pytest.mark.skipif(not COMPILED, reason="pure Python build (./dev compile to run this compiled)")
+def test_compiled_modules_take_what_their_callers_pass():
+    # mypyc checks argument types at run time where Python would not: the callers hand bytes from sockets and
+    # httptools, str addresses, int token counts
+    from sentin8 import clienthello, netclass, tokenbucket
+    from sentin8.http import framing, headers, response
+
+    assert isinstance(clienthello.parse(b"\x16\x03\x01\x00"), clienthello.Incomplete)
+    assert netclass.Classifier(["10.0.0.0/8"]).is_internal("10.1.2.3")
+    assert tokenbucket.take(2 * tokenbucket.UNIT) == (True, tokenbucket.UNIT)
+    assert framing.split_host(b"Example.COM.:8443") == "example.com"
+    assert headers.response_headers([(b"Connection", b"close"), (b"A", b"b")]) == [(b"A", b"b")]
+    assert response.encode_chunks(b"abc", 100) == [b"3\r\nabc\r\n"]
+    # a big-int token count stays exact (mypyc's int is arbitrary precision, as Python's)
+    assert tokenbucket.refill(0, 0, 2**62, 1e6, 2**40) == tokenbucket.capacity(2**40)
