@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import json
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 
 import httptools
@@ -1773,3 +1775,36 @@ def test_a_waf_turned_on_at_run_time_loads_its_rules_off_the_loop(start, backend
     assert clients[2].request(get("/c")).status == 200  # built: inspected inline now
     assert proxy.counters["waf_engine_builds"] == 1 and proxy.counters["waf_inspected"] == 3
     settled(proxy)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Garbage: a finished request is freed by reference counting, not left to the cyclic GC
+# --------------------------------------------------------------------------------------------------------
+
+
+def _alive(*kinds: type) -> int:
+    return sum(1 for o in gc.get_objects() if isinstance(o, kinds))
+
+
+def test_finished_requests_and_closed_connections_leave_no_reference_cycles(start, backend):
+    """Each request's objects (the exchange, its response parser, the request) and each closed connection's
+    are freed when the last reference goes: left in cycles, they cost the cyclic GC ~2-3% of a worker's CPU."""
+    from workers.l7.exchange import Exchange
+    from workers.l7.request import Request
+
+    proxy = start(make_table([backend]))
+    warm = proxy.client()
+    assert warm.request(get("/warm")).status == 200  # lazy imports and the pool's first connection
+    gc.collect()
+    gc.disable()
+    try:
+        c = proxy.client()
+        for i in range(20):
+            assert c.request(get(f"/r{i}")).status == 200
+        assert _alive(Exchange, Request) == 0, "a finished exchange is kept alive by a cycle"
+        bridge = weakref.ref(proxy.bridges.pop())  # the harness's list is the only other holder
+        c.close()
+        settled(proxy)
+        wait_until(lambda: bridge() is None, 3, what="a closed connection freed without the cyclic GC")
+    finally:
+        gc.enable()

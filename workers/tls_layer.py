@@ -209,6 +209,7 @@ class TLSLayer(asyncio.Protocol):
             self._fail_handshake("connection lost during handshake")
         app = self._app
         self._app = None
+        self._app_transport = None  # it points back at us: the pair would wait for the cyclic GC
         if app is not None:
             try:
                 app.connection_lost(exc or self._fatal_exc)  # type: ignore[arg-type]

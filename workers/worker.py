@@ -133,6 +133,10 @@ class Worker:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the supervisor decides
         self.loop.add_signal_handler(signal.SIGQUIT, self._stop_now)
         self.loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the supervisor replaces us instead
+        # Everything alive now (modules, config, the first routing table) lives as long as the worker: out of the
+        # collector's sight, so a full collection walks only what traffic allocated (and forked pages stay shared)
+        gc.collect()
+        gc.freeze()
         lifecycle.send(self.status_fd, lifecycle.WORKER_LISTENING)
         event("worker_listening", worker=self.index, listeners=len(self.listeners))  # a respawn shows as this too
         code = await self.stopped

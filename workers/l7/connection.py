@@ -32,6 +32,8 @@ from .relay import CHUNK
 from .request import Request
 from .tunnel import Tunnel
 
+_CLOSED_PARSER = httptools.HttpRequestParser(None)  # a closed connection's: nothing is ever fed to it
+
 
 class L7Bridge(RequestReader, asyncio.Protocol):
     """One client connection. ``client_addr`` None = take the transport's peername."""
@@ -196,6 +198,8 @@ class L7Bridge(RequestReader, asyncio.Protocol):
             self._end_request(self._queue.popleft())
         self._req = None
         self._upgrade_req = None
+        # the parser holds our bound callbacks: without it, a closed connection is freed by refcount alone
+        self._parser = _CLOSED_PARSER
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -272,6 +276,8 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         if self._queue and self._queue[0] is req:
             self._queue.popleft()
         self._end_request(req)
+        if req.complete:  # the reader is done with it: break request <-> exchange, freed by refcount alone
+            req.exchange = None
         self._deadline.disarm_if(deadline.BODY)
         if self._closing:
             return

@@ -15,6 +15,10 @@ from collections.abc import Callable
 NONE, HEADER, IDLE, BODY = 0, 1, 2, 3
 
 
+def _nothing(kind: int) -> None:
+    pass
+
+
 class Deadline:
     __slots__ = ("_at", "_handle", "_handle_at", "_loop", "_on_expired", "kind")
 
@@ -46,8 +50,9 @@ class Deadline:
             self.kind = NONE
 
     def stop(self) -> None:
-        """The connection is gone: no handle may keep it alive."""
+        """The connection is gone: no handle, and not our callback (its bound method), may keep it alive."""
         self.kind = NONE
+        self._on_expired = _nothing
         handle, self._handle = self._handle, None
         if handle is not None:
             handle.cancel()

@@ -503,3 +503,6 @@ class Exchange(ResponseRelay):
             ctx.count(_STATUS_CLASS.get(status // 100, "status_other"))
             ctx.request_done(self, b.loop.time() - self.req.t0)
         b.exchange_done(self, close_client)
+        # The parser holds our bound methods and we hold it: break the cycle so this exchange is freed by
+        # reference counting now, not by the cyclic GC later (~20 objects per request otherwise).
+        self.resp_parser = None

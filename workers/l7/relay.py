@@ -85,7 +85,8 @@ class ResponseRelay:
 
     def on_headers_complete(self) -> None:
         parser = self.resp_parser
-        assert parser is not None
+        if parser is None:
+            raise Stop  # finished meanwhile (_finish drops the parser): nothing more to relay
         status = parser.get_status_code()
         req_head = self.req.head
         assert req_head is not None
