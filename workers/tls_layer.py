@@ -240,13 +240,12 @@ class TLSLayer(asyncio.Protocol):
     # -- handshake ---------------------------------------------------------------------------------
 
     def _do_handshake(self) -> None:
-        conn = self._conn
-        assert conn is not None
+        io = self._io
+        assert io is not None
         try:
-            conn.do_handshake()
-        except SSL.WantReadError:
-            self._flush()
-            return
+            if not io.handshake():  # OpenSSL wants the peer's next flight
+                self._flush()
+                return
         except SSL.Error as exc:
             self._flush()  # the alert, so the peer learns why
             self._fail_handshake(ssl_error_reason(exc))
