@@ -69,6 +69,7 @@ class TLSLayer(asyncio.Protocol):
         context: SSL.Context,
         app_factory: Callable[[], asyncio.Protocol],
         *,
+        loop: asyncio.AbstractEventLoop | None = None,
         handshake_timeout: float | None = 10.0,
         on_handshake_error: Callable[[str], None] | None = None,
         on_handshake_done: Callable[[SSL.Connection], None] | None = None,
@@ -84,7 +85,8 @@ class TLSLayer(asyncio.Protocol):
         self._raw: asyncio.Transport | None = None
         self._app: asyncio.Protocol | None = None
         self._app_transport: TLSAppTransport | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # given by a caller that has it: Python 3.11's get_running_loop() costs a getpid() per call
+        self._loop: asyncio.AbstractEventLoop | None = loop
         self._timer: asyncio.TimerHandle | None = None
         self._hs_future: asyncio.Future[None] | None = None
 
@@ -167,7 +169,8 @@ class TLSLayer(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._raw = transport  # type: ignore[assignment]
-        self._loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
         conn = SSL.Connection(self._context, None)
         self._conn = conn
         self._io = tls.RecordIO(conn)
