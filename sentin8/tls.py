@@ -115,7 +115,7 @@ class RecordIO:
     on success, and report "nothing more" by raising ``WantReadError`` (a traceback per read and per drain):
     measured ~40% of the TLS layer's per-request cost. Here the common outcomes are return values; the rare
     ones (a real error, close_notify) still raise pyOpenSSL's own exceptions, built by pyOpenSSL. The
-    handshake and everything else stay on the public pyOpenSSL API.
+    handshake steps too (``handshake``); everything else stays on the public pyOpenSSL API.
     """
 
     __slots__ = ("_conn", "_from", "_into", "_ssl")
@@ -125,6 +125,16 @@ class RecordIO:
         self._ssl = conn._ssl
         self._into = conn._into_ssl
         self._from = conn._from_ssl
+
+    def handshake(self) -> bool:
+        """One handshake step: True once complete, False when OpenSSL needs more ciphertext (no
+        ``WantReadError`` built per flight). Raises what pyOpenSSL's ``do_handshake`` raises otherwise; on
+        success its check runs too, so a callback's stored exception is raised exactly as before."""
+        n = _lib.SSL_do_handshake(self._ssl)
+        if n <= 0 and _lib.SSL_get_error(self._ssl, n) == _WANT_READ:
+            return False
+        self._conn._raise_ssl_error(self._ssl, n)  # what do_handshake does: raises unless all is well
+        return True
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Ciphertext from the peer into the incoming BIO (a memory BIO takes everything)."""

@@ -13,6 +13,10 @@ nothing, then calls ``loop.connect_accepted_socket(lambda: proto, sock)``. The t
 deliver the ClientHello bytes that were already waiting in the socket, exactly as if they arrived later, so
 no special case is needed for "initial data".
 
+Session tickets (server side): OpenSSL writes them when the handshake completes; they stay in the outgoing
+BIO until the first response, close_notify or an alert, and leave in that same socket write. A full handshake
+then costs one socket write (and one client wake-up) less, and a client that reads a response has them.
+
 Flow control: plaintext written by the application is encrypted at once into the raw transport, so the raw
 transport's write buffer is the only buffer; its ``pause_writing``/``resume_writing`` are forwarded to the
 application unchanged. ``pause_reading`` on the TLS transport pauses the raw transport and stops handing
@@ -65,6 +69,7 @@ class TLSLayer(asyncio.Protocol):
         context: SSL.Context,
         app_factory: Callable[[], asyncio.Protocol],
         *,
+        loop: asyncio.AbstractEventLoop | None = None,
         handshake_timeout: float | None = 10.0,
         on_handshake_error: Callable[[str], None] | None = None,
         on_handshake_done: Callable[[SSL.Connection], None] | None = None,
@@ -80,7 +85,8 @@ class TLSLayer(asyncio.Protocol):
         self._raw: asyncio.Transport | None = None
         self._app: asyncio.Protocol | None = None
         self._app_transport: TLSAppTransport | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # given by a caller that has it: Python 3.11's get_running_loop() costs a getpid() per call
+        self._loop: asyncio.AbstractEventLoop | None = loop
         self._timer: asyncio.TimerHandle | None = None
         self._hs_future: asyncio.Future[None] | None = None
 
@@ -99,6 +105,9 @@ class TLSLayer(asyncio.Protocol):
         self._fatal_exc: BaseException | None = None
         self._pending: list[bytes] = []  # plaintext OpenSSL could not take yet (WantRead mid-write)
         self._peercert_der: bytes | None = None
+        # The server's session tickets, written by the handshake's last step, wait in the outgoing BIO until
+        # the first response (or close_notify) carries them: one socket write per handshake instead of two.
+        self._tickets_held = False
 
     # -- public ------------------------------------------------------------------------------------
 
@@ -160,7 +169,8 @@ class TLSLayer(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._raw = transport  # type: ignore[assignment]
-        self._loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
         conn = SSL.Connection(self._context, None)
         self._conn = conn
         self._io = tls.RecordIO(conn)
@@ -233,18 +243,20 @@ class TLSLayer(asyncio.Protocol):
     # -- handshake ---------------------------------------------------------------------------------
 
     def _do_handshake(self) -> None:
-        conn = self._conn
-        assert conn is not None
+        io = self._io
+        assert io is not None
         try:
-            conn.do_handshake()
-        except SSL.WantReadError:
-            self._flush()
-            return
+            if not io.handshake():  # OpenSSL wants the peer's next flight
+                self._flush()
+                return
         except SSL.Error as exc:
             self._flush()  # the alert, so the peer learns why
             self._fail_handshake(ssl_error_reason(exc))
             return
-        self._flush()  # last flight, and on the server the session tickets
+        if self._server_side:
+            self._tickets_held = True  # all the server wrote now is its tickets: they go with the first write
+        else:
+            self._flush()  # the client's last flight
         self._complete_handshake()
 
     def _complete_handshake(self) -> None:
@@ -295,9 +307,10 @@ class TLSLayer(asyncio.Protocol):
     # -- data path ---------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Move everything OpenSSL produced into the raw transport: one write, whatever the records."""
+        """Move everything OpenSSL produced into the raw transport: one write, whatever the records. Nothing
+        while the session tickets are held: the first write, close_notify or an alert lets them go."""
         io = self._io
-        if io is None:
+        if io is None or self._tickets_held:
             return
         out = io.drain()
         raw = self._raw
@@ -321,6 +334,7 @@ class TLSLayer(asyncio.Protocol):
                 except SSL.Error as exc:
                     if chunks:
                         self._app.data_received(b"".join(chunks))
+                    self._tickets_held = False  # the alert must go out
                     self._flush()
                     self._fatal(exc)
                     return
@@ -339,7 +353,9 @@ class TLSLayer(asyncio.Protocol):
                     self._deliver_eof()
                 break
             io = self._io
-        self._flush()  # reads can produce output (key update replies)
+        # Reads can produce output (key update replies): before the first response that waits with the tickets,
+        # which RFC 8446 §4.6.3 allows (our KeyUpdate must precede our next application data, nothing more).
+        self._flush()
 
     def _deliver_eof(self) -> None:
         if self._eof_delivered or self._app is None or self._closing:
@@ -380,6 +396,7 @@ class TLSLayer(asyncio.Protocol):
             raise RuntimeError("write() after write_eof()")
         if self._closing or self._conn is None or not data:
             return  # like asyncio transports: writes after close are dropped
+        self._tickets_held = False  # they leave in the same socket write as this
         if self._pending:
             self._pending.append(bytes(data))
             return
@@ -417,6 +434,7 @@ class TLSLayer(asyncio.Protocol):
         if conn is None or self._shutdown_sent or not self._handshake_done:
             return
         self._shutdown_sent = True
+        self._tickets_held = False  # before close_notify, so a client closed idle still gets them
         if self._pending:
             self._retry_pending()
         with contextlib.suppress(SSL.Error):

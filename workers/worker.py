@@ -6,6 +6,7 @@ Thin I/O around sentin8's sans-IO logic. One uvloop loop per process, pinned to 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import gc
 import signal
@@ -187,8 +188,7 @@ class Worker:
             except OSError as exc:
                 self._accept_failed(listener, exc)
                 return
-            conn.setblocking(False)
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.setblocking(False)  # TCP_NODELAY: uvloop sets it on every transport; the L4 pipe its own
             self.counters.inc("accepted")
             hold = self.open.hold()
             if listener is self.http_listener:
@@ -292,6 +292,7 @@ class Worker:
             hold,
             self.sni.front,
             bridge,
+            loop=self.loop,
             handshake_timeout=self.cfg.limits.handshake_timeout_s,
             on_handshake_error=self._handshake_error,
             on_handshake_done=self._handshake_done,
@@ -366,6 +367,8 @@ class Worker:
         if backend is None:
             return False
         self.counters.add_gauge("l4_active", 1)
+        with contextlib.suppress(OSError):  # a client already gone: the pipe finds out on its own
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         SplicePipe(self.loop, conn, backend, self.pipes, lambda pipe: self._pipe_closed(pipe, hold)).start()
         return True
 
