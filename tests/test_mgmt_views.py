@@ -68,6 +68,14 @@ def test_stats_exposes_histogram_in_order():
     assert body["latency_buckets_ms"] == [[1.0, 2], [10.0, 2], [None, 1]]
 
 
+def test_stats_gives_every_policy_block_kind_and_handshake_error_reason():
+    totals = {"policy_block_rate_limit": 3, "policy_block_conn_cap": 2, "policy_block_header_caps": 0,
+              "handshake_error_classical_only": 4, "handshake_error_timeout": 1, "policy_blocked": 5}
+    body = views.stats(totals, 1.0)
+    assert body["policy_blocks"] == {"rate_limit": 3, "conn_cap": 2, "header_caps": 0}
+    assert body["handshake_errors"] == {"classical_only": 4, "timeout": 1}
+
+
 def test_backends_judge_freshness_on_the_registry_health_clock():
     t = table()
     t.health_frozen_at = 1000.0  # the registry became unreadable at 1000: heartbeats are judged then

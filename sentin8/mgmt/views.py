@@ -168,9 +168,16 @@ def stats(
     return {
         "at": now,
         "fleet": {name: totals.get(name, 0) for name in STATS_COUNTERS},
+        # every kind and reason the counters know, so a kind added later shows without touching the dashboard
+        "policy_blocks": _by_prefix(totals, "policy_block_"),
+        "handshake_errors": _by_prefix(totals, "handshake_error_"),
         "latency_buckets_ms": [[None if b == float("inf") else b, n] for b, n in (latency_buckets or [])],
         "services": services or {},
     }
+
+
+def _by_prefix(totals: dict[str, int], prefix: str) -> dict[str, int]:
+    return {name.removeprefix(prefix): n for name, n in totals.items() if name.startswith(prefix)}
 
 
 def latency_buckets(totals: dict[str, int]) -> list[tuple[float, int]]:
