@@ -26,6 +26,20 @@ from supervisor.demo import write_demo_cert
 REPO = Path(__file__).resolve().parent.parent
 
 
+def one_web_service(port: int, hostname: str = "shop.apps.test") -> str:
+    """Fleet config body: one instance of service "web" on ``port``, reached as ``hostname``."""
+    return f"""
+[[instances]]
+service = "web"
+id = "web-1"
+host = "127.0.0.1"
+port = {port}
+[[domains]]
+hostname = "{hostname}"
+service = "web"
+"""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))

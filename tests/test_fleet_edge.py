@@ -19,24 +19,12 @@ from OpenSSL import SSL
 
 from tests import hellos
 from tests.netns import external_host  # noqa: F401 - fixture
-from tests.peers import free_port, wait_until
+from tests.peers import free_port, one_web_service, wait_until
 from tests.pqclient import PQClient
 
 PROTOCOL_VERSION_ALERT = bytes.fromhex("15030300020246")
 UNEXPECTED_MESSAGE_ALERT = bytes.fromhex("1503030002020a")
 
-
-def web_body(port: int) -> str:
-    return f"""
-[[instances]]
-service = "web"
-id = "web-1"
-host = "127.0.0.1"
-port = {port}
-[[domains]]
-hostname = "shop.apps.test"
-service = "web"
-"""
 
 
 def read_until_closed(sock: socket.socket, timeout: float = 5.0) -> tuple[bytes, str, float]:
@@ -71,7 +59,7 @@ def serving_pid(fleet, client_port: int) -> int:
 def test_100_reconnects_resume_across_both_workers(external_host, fleet_factory, web):  # noqa: F811
     """SO_REUSEPORT spreads the reconnects over both workers by 4-tuple (each reconnect has a new source
     port), so about half of them present a ticket the other worker issued: those must resume too."""
-    fleet = fleet_factory(web_body(web.port), workers=2, host="0.0.0.0")
+    fleet = fleet_factory(one_web_service(web.port), workers=2, host="0.0.0.0")
     workers = set(fleet.workers())
     session = context = None
     resumed = crossed = 0
@@ -95,7 +83,7 @@ def test_100_reconnects_resume_across_both_workers(external_host, fleet_factory,
 
 
 def test_alpn_through_the_fleet(external_host, fleet_factory, web):  # noqa: F811
-    fleet = fleet_factory(web_body(web.port), workers=1, host="0.0.0.0")
+    fleet = fleet_factory(one_web_service(web.port), workers=1, host="0.0.0.0")
 
     def client(protos: list[bytes]) -> PQClient:
         ctx = PQClient.make_context()
@@ -115,7 +103,7 @@ def test_alpn_through_the_fleet(external_host, fleet_factory, web):  # noqa: F81
 
 
 def test_zero_length_record_after_a_partial_hello_is_refused_at_once(fleet_factory, web):
-    fleet = fleet_factory(web_body(web.port), workers=1, limits="")  # peek_timeout_s = 2 in tests/peers.py
+    fleet = fleet_factory(one_web_service(web.port), workers=1, limits="")  # peek_timeout_s = 2 in tests/peers.py
     records = hellos.reframe(hellos.pq_hello("shop.apps.test"), 600)
     first = 5 + int.from_bytes(records[3:5], "big")
     sock = socket.create_connection(("127.0.0.1", fleet.port))
@@ -131,7 +119,7 @@ def test_zero_length_record_after_a_partial_hello_is_refused_at_once(fleet_facto
 
 
 def test_record_version_major_not_3_is_answered_as_openssl_does(fleet_factory, web):
-    fleet = fleet_factory(web_body(web.port), workers=1)
+    fleet = fleet_factory(one_web_service(web.port), workers=1)
     hello = hellos.pq_hello("shop.apps.test")
     records = bytearray(hellos.reframe(hello, 600))
     first = 5 + int.from_bytes(records[3:5], "big")
@@ -153,7 +141,7 @@ def test_record_version_major_not_3_is_answered_as_openssl_does(fleet_factory, w
 
 
 def test_broken_pair_is_reported_and_a_fixed_one_served(external_host, fleet_factory, web, tmp_path):  # noqa: F811
-    fleet = fleet_factory(web_body(web.port), workers=1, host="0.0.0.0")
+    fleet = fleet_factory(one_web_service(web.port), workers=1, host="0.0.0.0")
     fixtures = Path(__file__).parent / "fixtures" / "openssl35-mldsa65"
     live = Path(fleet.workdir) / "certs" / "shop.apps.test"
     live.mkdir(parents=True)

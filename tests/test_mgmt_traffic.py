@@ -12,25 +12,13 @@ import pytest
 
 from tests import mgmt_client as mc
 from tests.netns import external_host  # noqa: F401 - fixture
-from tests.peers import wait_until
+from tests.peers import one_web_service, wait_until
 from tests.pqclient import PQClient
 from tests.test_fleet_live import Platform, hostname, routes_to
 
 SNI = "shop.apps.test"
 GET = b"GET /x HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n"
 
-
-def l7_body(port: int) -> str:
-    return f"""
-[[instances]]
-service = "web"
-id = "web-1"
-host = "127.0.0.1"
-port = {port}
-[[domains]]
-hostname = "{SNI}"
-service = "web"
-"""
 
 
 def status_of(host, fleet) -> int:
@@ -58,7 +46,7 @@ def put_policy(fleet, body) -> dict:
 
 
 def test_runtime_rate_limit_reaches_both_workers_survives_respawn_and_restart(external_host, fleet_factory, web):  # noqa: F811
-    fleet = fleet_factory(l7_body(web.port), host="0.0.0.0", mgmt=True)
+    fleet = fleet_factory(one_web_service(web.port, SNI), host="0.0.0.0", mgmt=True)
     wait_until(lambda: mc.call(fleet.mgmt_url, "GET", "/health")[0] == 200, 10, what="mgmt up")
     assert all(status_of(external_host, fleet) == 200 for _ in range(6))
 
@@ -87,7 +75,7 @@ def test_runtime_rate_limit_reaches_both_workers_survives_respawn_and_restart(ex
 
     # a fleet restart keeps it (persisted in tls.state_dir)
     fleet.stop()
-    again = fleet_factory(l7_body(web.port), host="0.0.0.0", mgmt=True)
+    again = fleet_factory(one_web_service(web.port, SNI), host="0.0.0.0", mgmt=True)
     assert again.saw("runtime_policy_loaded")
     statuses = [status_of(external_host, again) for _ in range(6)]
     assert statuses.count(429) >= 5, statuses  # new shared memory, new buckets: the burst of 1 may admit one
@@ -103,7 +91,7 @@ def test_runtime_rate_limit_reaches_both_workers_survives_respawn_and_restart(ex
 
 
 def test_health_draining_503_while_a_request_is_in_flight(external_host, fleet_factory, web):  # noqa: F811
-    fleet = fleet_factory(l7_body(web.port), host="0.0.0.0", mgmt=True)
+    fleet = fleet_factory(one_web_service(web.port, SNI), host="0.0.0.0", mgmt=True)
     wait_until(lambda: mc.call(fleet.mgmt_url, "GET", "/health")[0] == 200, 10, what="mgmt up")
     result: dict[str, bytes] = {}
 
@@ -153,7 +141,7 @@ def test_health_turns_stale_during_a_valkey_outage(platform, backend_factory, fl
 
 
 def test_killing_mgmt_under_load_costs_no_client_error(external_host, fleet_factory, web):  # noqa: F811
-    fleet = fleet_factory(l7_body(web.port), host="0.0.0.0", mgmt=True)
+    fleet = fleet_factory(one_web_service(web.port, SNI), host="0.0.0.0", mgmt=True)
     wait_until(lambda: mc.call(fleet.mgmt_url, "GET", "/health")[0] == 200, 10, what="mgmt up")
     stop = threading.Event()
     outcomes: list[int | str] = []
