@@ -1,18 +1,22 @@
 """The WAF engine (ModSecurity v3 + OWASP CRS), sans-IO: what it blocks, what it lets through, how long it may take.
 
-These load the real engine from the libmodsecurity wheel and the real CRS from Debian's modsecurity-crs.
+These load the real engine from the libmodsecurity wheel and the real CRS: every promise is checked on both
+releases the code sets up, Debian's modsecurity-crs 3.3.4 (``crs3``) and CRS 4.28.0 (``crs4``, test data beside
+the repo: ``tests/crs_dirs.py``).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sentin8.config import Policy, WafExclusionEntry
+from sentin8.crs import FAMILIES_V4
 from sentin8.waf import (
     WafEngine,
     WafExclusion,
@@ -23,14 +27,15 @@ from sentin8.waf import (
     family,
     settings_from_policy,
 )
+from tests.crs_dirs import CRS_V3_RULES, CRS_V4_RULES, RULE_SETS, crs_copy, needs_v4
 
 QUADRATIC_BOUND_S = 0.1  # the inputs that froze the old WAF: answered within 100 ms (issue 12)
 BOUND_S = 0.5  # any request up to 64 KiB: the engine's work is linear in size (~0.3 s worst found), never more
 
 
-@pytest.fixture(scope="module")
-def engine() -> WafEngine:
-    return WafEngine(WafSettings(exclusions=(WafExclusion("legacy.test", (942100,)),)))
+@pytest.fixture(scope="module", params=RULE_SETS)
+def engine(request) -> WafEngine:
+    return WafEngine(WafSettings(exclusions=(WafExclusion("legacy.test", (942100,)),), crs_dir=request.param))
 
 
 def req(
@@ -115,10 +120,12 @@ def test_per_host_exclusion_switches_off_only_its_rules_for_its_host(engine):
     assert engine.inspect(req(b"/c?m=%3Cscript%3Ealert(1)%3C%2Fscript%3E", host="legacy.test")).blocked
 
 
-def test_paranoia_and_threshold_change_what_blocks():
+@pytest.mark.parametrize("crs_dir", RULE_SETS)
+def test_paranoia_and_threshold_change_what_blocks(crs_dir):
     mild = req(b"/search?q=" + b"a%27b" * 3)  # a few quotes: paranoia 2+ material at most
-    strict = WafEngine(WafSettings(paranoia=4, anomaly_threshold=1))
-    lax = WafEngine(WafSettings(paranoia=1, anomaly_threshold=1000))
+    strict = WafEngine(WafSettings(paranoia=4, anomaly_threshold=1, crs_dir=crs_dir))
+    lax = WafEngine(WafSettings(paranoia=1, anomaly_threshold=1000, crs_dir=crs_dir))
+    assert WafEngine(WafSettings(paranoia=1, anomaly_threshold=1, crs_dir=crs_dir)).inspect(mild).blocked is False
     assert lax.inspect(ATTACKS["query-sqli"]).blocked is False  # scored, but under the threshold
     assert lax.inspect(ATTACKS["query-sqli"]).rule_ids  # the detection is still reported
     assert strict.inspect(mild).blocked
@@ -127,6 +134,21 @@ def test_paranoia_and_threshold_change_what_blocks():
 def test_rule_families():
     assert family(942100) == "sqli" and family(941110) == "xss" and family(930120) == "lfi"
     assert family(949110) is None and family(901001) is None
+    assert family(934100) == "nodejs"  # CRS 3.3's REQUEST-934-APPLICATION-ATTACK-NODEJS
+    # CRS 4: the same ranges, 934 is REQUEST-934-APPLICATION-ATTACK-GENERIC; plugins (9500000+) have none
+    assert family(934110, FAMILIES_V4) == "generic" and family(942100, FAMILIES_V4) == "sqli"
+    assert family(922110, FAMILIES_V4) == "multipart" and family(9500100, FAMILIES_V4) is None
+
+
+@needs_v4
+def test_crs4_families_are_counted_under_names_the_counters_have():
+    from sentin8.shm.counters import NAMES
+
+    engine = WafEngine(WafSettings(crs_dir=str(CRS_V4_RULES)))
+    ssrf = engine.inspect(req(b"/fetch?url=gopher%3A%2F%2F127.0.0.1%3A6379%2F_FLUSHALL"))
+    assert ssrf.blocked and ssrf.families == ("generic",)
+    for _low, _high, name in FAMILIES_V4:
+        assert f"waf_rule_{name}" in NAMES
 
 
 def test_config_maps_to_engine_settings():
@@ -141,16 +163,22 @@ def test_config_maps_to_engine_settings():
     s = settings_from_policy(pol)
     assert (s.paranoia, s.anomaly_threshold, s.body_max, s.partial_bodies) == (2, 7, 4096, True)
     assert s.exclusions == (WafExclusion("a.test", (1, 2)),)
+    assert s.crs_dir == str(CRS_V3_RULES) and settings_from_policy(Policy(waf_crs_dir="/x/rules")).crs_dir == "/x/rules"
 
 
-def test_a_rule_set_that_does_not_load_is_a_startup_error(tmp_path):
-    (tmp_path / "REQUEST-999-BROKEN.conf").write_text('SecRule ARGS "@rx (" "id:1,phase:2,deny,nosuchaction"\n')
-    problem = check_policy(Policy(waf=True, waf_crs_dir=str(tmp_path)))
-    assert problem is not None and problem.startswith("policy.waf: REQUEST-999-BROKEN.conf:")
-    assert check_policy(Policy(waf=True, waf_crs_dir=str(tmp_path / "missing"))).startswith("policy.waf: no CRS rules")
+@pytest.mark.parametrize("crs_dir", RULE_SETS)
+def test_a_rule_set_that_does_not_load_is_a_startup_error(tmp_path, crs_dir):
+    """A real CRS with one broken file: the error names the key and the file (exit 2 at check-config and run)."""
+    rules = crs_copy(tmp_path / "crs", Path(crs_dir))
+    (rules / "REQUEST-999-BROKEN.conf").write_text('SecRule ARGS "@rx (" "id:1,phase:2,deny,nosuchaction"\n')
+    problem = check_policy(Policy(waf=True, waf_crs_dir=str(rules)))
+    assert problem is not None and problem.startswith("policy.waf_crs_dir: REQUEST-999-BROKEN.conf:"), problem
+    missing = check_policy(Policy(waf=True, waf_crs_dir=str(tmp_path / "missing")))
+    assert missing.startswith("policy.waf_crs_dir: no CRS rules")
     assert check_policy(Policy(waf=False, waf_crs_dir="/nowhere")) is None  # off: nothing to load
-    with pytest.raises(WafLoadError):
-        WafEngine(WafSettings(paranoia=5))
+    with pytest.raises(WafLoadError) as err:
+        WafEngine(WafSettings(paranoia=5, crs_dir=crs_dir))
+    assert err.value.key == "waf_paranoia"
 
 
 def _cpu(engine: WafEngine, r: WafRequest) -> tuple[float, bool]:

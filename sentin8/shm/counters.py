@@ -107,7 +107,7 @@ NAMES: tuple[str, ...] = (
     "upstream_truncated",
     "upstream_unavailable",
     "websocket_bad_accept",  # a 101 without the Sec-WebSocket-Accept the client's key demands: 502
-    # WAF (issue 12): inspections, refusals, and matched CRS rules by family (sentin8.waf.FAMILIES)
+    # WAF (issue 12): inspections, refusals, and matched CRS rules by family (sentin8.crs.FAMILIES)
     "waf_inspected",
     "waf_offloaded",
     "waf_errors",
@@ -123,7 +123,8 @@ NAMES: tuple[str, ...] = (
     "waf_rule_rfi",
     "waf_rule_rce",
     "waf_rule_php",
-    "waf_rule_nodejs",
+    "waf_rule_nodejs",  # CRS 3.3's 934 (NODEJS)
+    "waf_rule_generic",  # CRS 4's 934 (GENERIC: Node.js, SSRF, prototype pollution, template injection...)
     "waf_rule_xss",
     "waf_rule_sqli",
     "waf_rule_session_fixation",
