@@ -36,6 +36,12 @@ CRS_RULES_DIR = "/usr/share/modsecurity-crs/rules"  # Debian's modsecurity-crs (
 # 4 KB inputs that cost 2.4 s of CPU, at 1000 the worst 64 KiB input it found costs ~0.3 s (linear in size).
 PCRE_MATCH_LIMIT = 1000
 RULE_IDS_MAX = 32  # matched rule ids reported per request (the rest are counted as truncated)
+# The longest request target, cookie (name or value), User-Agent, Referer or argument name inspected; longer is
+# refused before the CRS runs (rules 200006/200007). PCRE's match limit bounds backtracking per start position,
+# not the number of start positions: CRS 4's 941160 rescans to the next space or slash from every quote or
+# tag opener, so a 63 KB cookie of quotes costs 2 s of CPU (CRS 3.3: 50 ms). 8 KiB is nginx's and Apache's
+# own line limit (large_client_header_buffers, LimitRequestLine/FieldSize), and browsers send no longer.
+VALUE_MAX = 8192
 
 
 class WafLoadError(Exception):
@@ -121,6 +127,13 @@ def _engine_directives(s: WafSettings, partial: bool) -> str:
     # A regex that hit the match limit did not match: an attacker could pad a payload to exhaust it and walk
     # through. Refuse instead (ModSecurity's recommended configuration does the same).
     lines.append('SecRule TX:/^MSC_/ "!@streq 0" "id:200005,phase:2,t:none,log,deny,status:403,msg:\'Engine limit\'"')
+    lines += [
+        "SecRule REQUEST_URI_RAW|REQUEST_COOKIES|REQUEST_COOKIES_NAMES|REQUEST_HEADERS:User-Agent|"
+        f'REQUEST_HEADERS:Referer "@gt {VALUE_MAX}" '
+        "\"id:200006,phase:1,t:none,t:length,log,deny,status:403,msg:'Value too long to inspect'\"",
+        f'SecRule ARGS_NAMES "@gt {VALUE_MAX}" '
+        "\"id:200007,phase:2,t:none,t:length,log,deny,status:403,msg:'Argument name too long to inspect'\"",
+    ]
     return "\n".join(lines) + "\n"
 
 

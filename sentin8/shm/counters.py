@@ -130,6 +130,7 @@ NAMES: tuple[str, ...] = (
     "waf_rule_session_fixation",
     "waf_rule_java",
     "waf_rule_body_parse",
+    "waf_rule_oversize",  # a target, cookie, User-Agent, Referer or argument name over sentin8.waf.VALUE_MAX
     # caps and fail-fast (issue 12): every refusal by kind, and the breakers' transitions
     "refused_conn_cap_l7",
     "refused_conn_cap_l4",
