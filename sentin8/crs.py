@@ -169,7 +169,7 @@ FAMILIES: tuple[tuple[int, int, str], ...] = (
     (942000, 942999, "sqli"),
     (943000, 943999, "session_fixation"),
     (944000, 944999, "java"),
-    (200006, 200007, "oversize"),  # the engine directives' own rules (sentin8.waf): a value too long to inspect
+    (200006, 200008, "oversize"),  # the engine directives' own rules (sentin8.waf): a value too long to inspect
     (200000, 200999, "body_parse"),  # the others: a body that does not parse, the PCRE match limit
 )
 FAMILIES_V4 = tuple((lo, hi, "generic" if lo == 934000 else name) for lo, hi, name in FAMILIES)

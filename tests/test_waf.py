@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from sentin8.config import Policy, WafExclusionEntry
 from sentin8.crs import FAMILIES_V4
 from sentin8.waf import (
+    LONG_VALUE,
+    RUN_MAX,
     VALUE_MAX,
     WafEngine,
     WafExclusion,
@@ -234,6 +236,65 @@ def test_values_over_the_cap_are_refused_before_the_crs_runs(engine, name):
     assert long_name.blocked and long_name.rule_ids == (200007,)
     at_cap = engine.inspect(req(headers=[(b"Cookie", b"a=" + b"x" * VALUE_MAX)]))
     assert not at_cap.blocked  # the cap itself passes: ``@gt``
+
+
+def _dense(n: int, run: int, opener: bytes = b"'") -> bytes:
+    """``n`` bytes of ``opener`` in runs of ``run`` characters, a space (``+``) after each run."""
+    return ((opener * run)[:run] + b"+") * (n // (run + 1))
+
+
+DENSE = {  # what CRS 4's 941160 rescans: a quote or tag opener, then no whitespace or slash for a long way
+    "form-quotes": req(b"/f", b"POST", body=b"a=" + b"'" * 131_000, content_type=FORM),
+    "form-entities": req(b"/f", b"POST", body=b"a=" + b"%26%2339%3B" * 11_000, content_type=FORM),
+    "json-quotes": req(b"/api", b"POST", body=b'{"a": "' + b"\\u0027" * 20_000 + b'"}', content_type=JSON),
+    "multipart-quotes": req(b"/up", b"POST", body=multipart(b'"' * 65_000)[0], content_type=multipart(b"")[1]),
+    "form-tags": req(b"/f", b"POST", body=b"a=" + _dense(131_000, RUN_MAX + 2, b"<a"), content_type=FORM),
+}
+
+
+@pytest.mark.parametrize("name", list(DENSE))
+def test_values_too_costly_to_inspect_are_refused_at_once(engine, name):
+    """With CRS 4 these cost 2-10 s of CPU each; rule 200008 finds them in linear time and refuses them."""
+    cpu, _ = _cpu(engine, DENSE[name])
+    verdict = engine.inspect(DENSE[name])
+    assert verdict.blocked and verdict.rule_ids == (200008,) and verdict.families == ("oversize",), verdict
+    assert cpu < QUADRATIC_BOUND_S, f"{name}: {cpu * 1000:.0f} ms of CPU"
+
+
+# the costliest shapes 200008 lets through, at 64 KiB: runs just under RUN_MAX, values just under LONG_VALUE
+UNDER_THE_GUARD = {
+    "runs-under-run-max": req(b"/f", b"POST", body=b"a=" + _dense(65_000, RUN_MAX - 2), content_type=FORM),
+    "values-under-long-value": req(
+        b"/f", b"POST", body=b"&".join(b"f%d=" % i + b"'" * (LONG_VALUE - 96) for i in range(16)), content_type=FORM
+    ),
+    "json-values-under-long-value": req(
+        b"/api",
+        b"POST",
+        body=b"{" + b",".join(b'"f%d":"' % i + b"'" * (LONG_VALUE - 96) + b'"' for i in range(16)) + b"}",
+        content_type=JSON,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(UNDER_THE_GUARD))
+def test_costly_shapes_under_the_guard_stay_within_the_bound(engine, name):
+    cpu, _ = _cpu(engine, UNDER_THE_GUARD[name])
+    assert 200008 not in engine.inspect(UNDER_THE_GUARD[name]).rule_ids
+    assert cpu < BOUND_S, f"{name}: {cpu * 1000:.0f} ms of CPU"
+
+
+def test_long_ordinary_values_are_not_refused_by_the_guard(engine):
+    """Long text with quotes, base64 and a compact JSON string value: inspected, not refused as too costly."""
+    prose = b"It%27s+%22quoted%22+and+%3Cb%3Ebold%3C%2Fb%3E%2C+isn%27t+it%3F+" * 800  # 40 KiB, words and quotes
+    b64 = b"iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk%2BM9QDwADhgGAWjR9awAAAABJRU5ErkJggg" * 400
+    compact = b'{"payload": "' + b'{\\"type\\":\\"block_actions\\",\\"id\\":\\"U1\\"}' * 20 + b'"}'  # < LONG_VALUE
+    for r in (
+        req(b"/post", b"POST", body=b"body=" + prose, content_type=FORM),
+        req(b"/img", b"POST", body=b"data=" + b64, content_type=FORM),
+        req(b"/hook", b"POST", body=compact, content_type=JSON),
+    ):
+        verdict = engine.inspect(r)
+        assert 200008 not in verdict.rule_ids, verdict
 
 
 _FRAGMENTS = st.sampled_from(

@@ -130,7 +130,7 @@ NAMES: tuple[str, ...] = (
     "waf_rule_session_fixation",
     "waf_rule_java",
     "waf_rule_body_parse",
-    "waf_rule_oversize",  # a target, cookie, User-Agent, Referer or argument name over sentin8.waf.VALUE_MAX
+    "waf_rule_oversize",  # a value too long (or too costly) to inspect: sentin8.waf VALUE_MAX, RUN_MAX
     # caps and fail-fast (issue 12): every refusal by kind, and the breakers' transitions
     "refused_conn_cap_l7",
     "refused_conn_cap_l4",
