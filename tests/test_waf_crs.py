@@ -238,3 +238,18 @@ def test_a_sighup_to_an_unknown_release_is_refused_and_crs4_keeps_serving(tmp_pa
     assert reason.startswith("policy.waf_crs_dir: ") and "holds CRS 5.0.0" in reason
     config.write_text(good)
     assert _cli("reload", "--config", fleet.config, "--wait").returncode == 0  # CRS 4.28 still loads
+
+
+@pytest.mark.parametrize("source", [CRS_V3_RULES, pytest.param(CRS_V4_RULES, marks=needs_v4)], ids=["crs3", "crs4"])
+@pytest.mark.parametrize("phase", [1, 2])
+def test_a_regex_that_hits_the_match_limit_refuses_the_request_in_either_phase(tmp_path, source, phase):
+    """Padding a payload until a rule's regex gives up must not be a way through (rule 200005). Most CRS
+    rules run in phase 2: the refusal is checked after every rule, not before the CRS as ModSecurity's
+    recommended configuration places it (there it only saw phase 1)."""
+    rules = crs_copy(tmp_path / "crs", source)
+    (rules / "REQUEST-950-LIMIT-PROBE.conf").write_text(
+        f'SecRule ARGS "@rx ^(a+)+$" "id:1999,phase:{phase},pass,log,msg:\'catastrophic backtracking\'"\n'
+    )
+    verdict = WafEngine(WafSettings(crs_dir=str(rules))).inspect(_get(b"/?q=" + b"a" * 40 + b"b"))
+    assert verdict.blocked and verdict.status == 403 and 200005 in verdict.rule_ids, verdict
+    assert not WafEngine(WafSettings(crs_dir=str(rules))).inspect(_get(b"/?q=ab")).blocked
