@@ -133,7 +133,7 @@ def _engine_directives(s: WafSettings, partial: bool) -> str:
         ]
     # A regex that hit the match limit did not match: an attacker could pad a payload to exhaust it and walk
     # through. Refuse instead, where ModSecurity's recommended configuration does: before the CRS, so it sees the
-    # phase-1 rules only. Checked after every rule it would also refuse every 1 KiB token (ten 932 rules of CRS
+    # phase-1 rules only. Checked after every rule it would also refuse every 1 KiB token (eight 932 rules of CRS
     # 4.28, 932150 of 3.3.4, give up on 1,000 alphanumerics): test_a_long_token_is_not_refused.
     lines.append('SecRule TX:/^MSC_/ "!@streq 0" "id:200005,phase:2,t:none,log,deny,status:403,msg:\'Engine limit\'"')
     lines += [
