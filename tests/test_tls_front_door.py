@@ -50,9 +50,11 @@ def front(tmp_path_factory):
     host = ExternalHost()
     fleet = Fleet(str(workdir), one_web_service(web.port, SNI), workers=1, host="0.0.0.0")
     yield fleet, host
+    underflow = fleet.stats().get("gauge_underflow", 0)  # every refusal released its hold exactly once
     fleet.stop()
     host.close()
     web.close()
+    assert underflow == 0
 
 
 def _external(front) -> socket.socket:

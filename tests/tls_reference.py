@@ -7,8 +7,10 @@ hex and how the connection ended: ``"1503030002020a fin"`` is an ``unexpected_me
 
 ``python -m tests.tls_reference [--proxy HOST:PORT]`` replays every case against a live reference (Debian 13's
 OpenSSL 3.5 from the bench tree, through chroot; ``tests/openssl_cli.py``) and optionally a running proxy
-serving ``SNI`` with ``CERT_DIR``'s pair, and prints both answers side by side; the tests do the same
-(``tests/test_tls_front_door.py``), with the live reference when it is there and the recorded answers always.
+serving ``SNI`` with ``CERT_DIR``'s pair, and prints both answers side by side (from loopback a proxy takes
+its L4 path, so only the peek's own answers compare there: run it from an external address, e.g. under
+``ip netns exec``, for the L7 path). The tests do both over real sockets (``tests/test_tls_front_door.py``),
+with the live reference when it is there and the recorded answers always.
 
 Where the proxy answers differently on purpose, the case says so (``proxy``) and why (``why``); README, "One
 connection on :443", step 2 lists the same differences.
