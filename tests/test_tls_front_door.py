@@ -86,6 +86,20 @@ def test_recorded_answers_are_the_live_reference_answers():
     assert got == {case.name: case.reference for case in CASES}
 
 
+def test_chrome_shaped_hellos_complete_against_the_live_reference_too():
+    """The hellos below are a fair test: the reference finishes the same handshakes (and answers its -www page)."""
+    tool = find_openssl35()
+    if tool is None:
+        pytest.skip("no OpenSSL >= 3.5 CLI: neither the host's nor the bench tree's (bench/toolchain.py)")
+    with tls_reference.ReferenceServer(tool) as ref:
+        for seed in range(5):
+            shares = KeyShares()
+            sock = socket.create_connection(("127.0.0.1", ref.port), timeout=10)
+            client = _complete(sock, chrome_hello(SNI, shares, random.Random(seed)), shares)
+            assert client.request(b"GET / HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 200"), seed
+            sock.close()
+
+
 def _complete(sock: socket.socket, client_hello, shares: KeyShares, wire: bytes | None = None) -> RawTLS13Client:
     client = RawTLS13Client(sock, shares, client_hello)
     client.handshake(wire)
