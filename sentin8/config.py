@@ -42,7 +42,9 @@ class Fleet(_Section):
 
 class Limits(_Section):
     peek_timeout_s: float = 10
-    peek_max_bytes: int = 16384
+    # 32 KiB: a ClientHello in one maximal record (16,389 bytes on the wire) and the same hello split over
+    # several records; a larger hello is refused with illegal_parameter (sentin8/clienthello.py)
+    peek_max_bytes: int = 32768
     handshake_timeout_s: float = 10
     header_timeout_s: float = 15
     idle_timeout_s: float = 60

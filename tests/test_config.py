@@ -15,7 +15,7 @@ from tests.peers import REPO, free_port
 def test_defaults_match_the_design():
     cfg = load_bytes(b"")
     assert cfg.listen.https == "0.0.0.0:443"
-    assert cfg.limits.peek_max_bytes == 16384
+    assert cfg.limits.peek_max_bytes == 32768  # issue 16: one maximal TLS record (16,389 bytes) must fit
     assert cfg.policy.max_headers == 100 and cfg.policy.max_header_bytes == 65536
     assert cfg.sources.poll_interval_s == 30 and cfg.sources.suspect_ttl_s == 30
     assert "10.0.0.0/8" in cfg.network.internal_cidrs
