@@ -122,6 +122,7 @@ class RequestHead:
 _HOST = re.compile(rb"(\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9._-]{1,253})(?::([0-9]{1,5}))?")
 _ABSOLUTE = re.compile(rb"(?i:https?)://([^/?#]*)(.*)", re.S)
 _DIGITS = re.compile(rb"[0-9]{1,18}")
+_NO_FIELDS: list[bytes] = []  # shared, never appended to (validate_request appends only when upgrade is set)
 
 
 _host_cache: dict[bytes, str | None] = {}
@@ -178,9 +179,10 @@ def validate_request(
     content_length: int | None = None
     te_count = 0
     te_value = b""
-    upgrades: list[bytes] = []
-    connections: list[bytes] = []
-    ws_keys: list[bytes] = []
+    # The upgrade's own fields, collected only when the parser saw one (no lists for the other requests).
+    upgrades: list[bytes] = [] if upgrade else _NO_FIELDS
+    connections: list[bytes] = [] if upgrade else _NO_FIELDS
+    ws_keys: list[bytes] = [] if upgrade else _NO_FIELDS
     expect = False
     for name, value in headers:
         n = len(name)
@@ -199,7 +201,7 @@ def validate_request(
             te_value = value
         elif n == 6 and name.lower() == b"expect":
             expect = expect or value.strip(b" \t").lower() == b"100-continue"
-        elif upgrade:  # the upgrade's own fields matter only when the parser saw one
+        elif upgrade:
             if n == 7 and name.lower() == b"upgrade":
                 upgrades.append(value)
             elif n == 10 and name.lower() == b"connection":
