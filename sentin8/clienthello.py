@@ -1,8 +1,25 @@
-"""Sans-IO TLS ClientHello reader: bytes in, server name out. Never consumes anything.
+"""Sans-IO TLS ClientHello reader: bytes in, server name (or the alert to answer) out. Never consumes anything.
 
 The caller peeks (MSG_PEEK) the socket and calls ``parse`` with everything peeked so far. A post-quantum
 ClientHello is ~1.5 KB and may span TCP segments and TLS records, so ``parse`` answers ``Incomplete`` with a
 lower bound of the bytes still missing (used for SO_RCVLOWAT) until the whole handshake message is there.
+
+Bytes that cannot be a ClientHello raise ``ClientHelloError`` carrying the fatal alert a reference OpenSSL 3.5
+``s_server`` (TLS 1.3 only) sends for the same bytes, and the record version it frames that alert with, so the
+proxy answers hostile input exactly as the reference does (the table is in ``tests/tls_reference.py``, which
+also replays it against a live reference). The rules, in the reference's order:
+
+- record layer, per record: a version major other than 3 is "not TLS" in the first record (closed without an
+  alert) and ``protocol_version`` later; a length over 2^14 is ``record_overflow``, judged on the header;
+  zero-length handshake records are skipped (and a zero-length change_cipher_spec until the handshake header
+  is complete), up to 32 in a row; any other record before the hello is complete is ``unexpected_message``;
+- handshake layer: a message that is not a ClientHello is ``unexpected_message``, one longer than the
+  reference's 131,396 bytes (or than the caller's byte limit) ``illegal_parameter``, on its 4-byte header;
+- the hello itself: framing errors are ``decode_error``; a second server_name or ALPN extension
+  ``illegal_parameter``; server_name and ALPN contents are checked as the reference checks them.
+
+``legacy_version`` and the other extensions are not judged here: the TLS server that terminates the
+connection (OpenSSL at L7, the backend at L4) answers them as it would without a proxy in front.
 """
 
 from __future__ import annotations
@@ -11,33 +28,57 @@ import re
 from dataclasses import dataclass
 
 RECORD_HEADER = 5
+CONTENT_CHANGE_CIPHER_SPEC = 0x14
 CONTENT_HANDSHAKE = 0x16
 HANDSHAKE_CLIENT_HELLO = 0x01
 EXT_SERVER_NAME = 0x0000
 EXT_ALPN = 0x0010
-MAX_RECORD_PAYLOAD = 16384 + 256  # RFC 8446 §5.1 plaintext limit, with slack for old stacks
-
+MAX_RECORD_PAYLOAD = 16384  # RFC 8446 §5.1: 2^14 bytes of plaintext; the reference refuses 2^14 + 1 on the header
+MAX_EMPTY_RECORDS = 32  # OpenSSL's MAX_EMPTY_RECORDS: the 33rd empty record in a row is unexpected_message
+MAX_CLIENT_HELLO = 131396  # OpenSSL's CLIENT_HELLO_MAX_LENGTH (message body bytes)
+MAX_HOST_NAME = 255  # OpenSSL's TLSEXT_MAXLEN_host_name
+TLS12 = 0x0303  # the record version the reference frames its alerts with, unless it echoes the client's
 
 ALERT_UNEXPECTED_MESSAGE = 10
+ALERT_RECORD_OVERFLOW = 22
+ALERT_ILLEGAL_PARAMETER = 47
+ALERT_DECODE_ERROR = 50
 ALERT_PROTOCOL_VERSION = 70
+ALERT_UNRECOGNIZED_NAME = 112
 
 
 class ClientHelloError(ValueError):
-    """The bytes are not a well-formed TLS ClientHello. ``alert`` is the fatal alert a reference OpenSSL
-    server sends for the same bytes before closing, or None when it closes without one."""
+    """The bytes are not a well-formed TLS ClientHello. ``alert`` is the fatal alert the reference sends for
+    the same bytes before closing (None: it closes without one); ``version`` the record version of that
+    alert record."""
 
-    def __init__(self, message: str, alert: int | None = None) -> None:
+    def __init__(self, message: str, alert: int | None = None, version: int = TLS12) -> None:
         super().__init__(message)
         self.alert = alert
+        self.version = version
+
+    def alert_bytes(self) -> bytes:
+        """The alert record to send before closing; b"" when the reference sends none."""
+        return b"" if self.alert is None else alert_record(self.alert, self.version)
 
 
 class BadRecordVersion(ClientHelloError):
     """A record whose legacy version major is not 3."""
 
 
-def alert_record(description: int) -> bytes:
+class HelloTooLarge(ClientHelloError):
+    """A ClientHello longer than the caller buffers (or than the reference accepts)."""
+
+
+def alert_record(description: int, version: int = TLS12) -> bytes:
     """A plaintext fatal alert record, framed as OpenSSL frames it before version negotiation ends."""
-    return bytes((0x15, 3, 3, 0, 2, 2, description))
+    return bytes((0x15, version >> 8, version & 0xFF, 0, 2, 2, description))
+
+
+def truncated() -> ClientHelloError:
+    """The peer ended the connection (FIN) before its ClientHello was complete, however much it had sent
+    (nothing at all included): the reference answers ``decode_error`` ("unexpected eof while reading")."""
+    return ClientHelloError("connection ended before the ClientHello was complete", ALERT_DECODE_ERROR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,83 +93,95 @@ class ClientHello:
     size: int  # bytes of records that carried the handshake message
 
 
-def _handshake_bytes(buf: bytes) -> tuple[bytes, int, int]:
-    """Concatenate handshake-record payloads. Returns (payload, bytes consumed, missing-in-current-record)."""
-    payload = bytearray()
-    pos = 0
+def _min_wire(body_len: int) -> int:
+    """The fewest bytes a handshake message of ``body_len`` takes on the wire: in maximal records."""
+    msg = 4 + body_len
+    return msg + RECORD_HEADER * ((msg + MAX_RECORD_PAYLOAD - 1) // MAX_RECORD_PAYLOAD)
+
+
+def parse(buf: bytes, limit: int = 1 << 20) -> ClientHello | Incomplete:
+    """Parse the ClientHello at the start of ``buf``; ``Incomplete`` if more bytes are needed.
+
+    ``limit``: the most bytes the caller will ever hand over (its peek buffer). A hello that cannot be complete
+    within it is refused with ``HelloTooLarge`` as soon as that is known: from the message's length when its
+    header arrives, else when ``buf`` reaches ``limit`` without the hello's end."""
     n = len(buf)
-    while pos < n:
+    pos = 0
+    empty = 0  # empty records in a row
+    msg = b""
+    while True:
         if n - pos < RECORD_HEADER:
-            # judge what we have of the header early: garbage should not wait for a deadline
-            _check_record_prefix(buf[pos:], pos)
-            return bytes(payload), pos, RECORD_HEADER - (n - pos)
-        ctype, major, length = buf[pos], buf[pos + 1], int.from_bytes(buf[pos + 3 : pos + 5], "big")
-        if ctype != CONTENT_HANDSHAKE:
-            raise ClientHelloError(f"record type {ctype:#x} before the ClientHello was complete")
-        if major != 3:
-            raise _bad_version(pos)
-        if length == 0:
-            # RFC 8446 §5.1: no zero-length handshake fragments. OpenSSL's TLS 1.3 record layer answers
-            # unexpected_message; here it is refused at once rather than waited on until the deadline.
-            raise ClientHelloError("zero-length handshake record", ALERT_UNEXPECTED_MESSAGE)
+            # judge what we have of the header early: garbage (an HTTP request, a scanner) should not wait
+            if n - pos > 1 and buf[pos + 1] != 3:
+                raise _bad_version(buf, pos)
+            return _incomplete(n, limit, RECORD_HEADER - (n - pos))
+        ctype = buf[pos]
+        if buf[pos + 1] != 3:
+            raise _bad_version(buf, pos)
+        length = (buf[pos + 3] << 8) | buf[pos + 4]
         if length > MAX_RECORD_PAYLOAD:
-            raise ClientHelloError(f"bad record length {length}")
+            raise ClientHelloError(f"record length {length} over 2^14", ALERT_RECORD_OVERFLOW)
         end = pos + RECORD_HEADER + length
         if end > n:
-            payload += buf[pos + RECORD_HEADER :]
-            return bytes(payload), n, end - n
-        payload += buf[pos + RECORD_HEADER : end]
+            return _incomplete(n, limit, end - n)  # a record is judged once it is whole, as the reference does
+        if length == 0 and (
+            ctype == CONTENT_HANDSHAKE or (ctype == CONTENT_CHANGE_CIPHER_SPEC and len(msg) < 4)
+        ):
+            empty += 1
+            if empty > MAX_EMPTY_RECORDS:
+                raise ClientHelloError("too many empty records", ALERT_UNEXPECTED_MESSAGE)
+            pos = end
+            continue
+        if ctype != CONTENT_HANDSHAKE:
+            # the reference frames this one alert with the offending record's version, except for a CCS
+            version = TLS12 if ctype == CONTENT_CHANGE_CIPHER_SPEC else (buf[pos + 1] << 8) | buf[pos + 2]
+            raise ClientHelloError(f"record type {ctype:#x} before the ClientHello", ALERT_UNEXPECTED_MESSAGE, version)
+        empty = 0
+        msg += buf[pos + RECORD_HEADER : end]
         pos = end
-        if len(payload) >= 4:
-            hs_len = int.from_bytes(payload[1:4], "big")
-            if len(payload) >= 4 + hs_len:
-                return bytes(payload), pos, 0
-    return bytes(payload), pos, 0
+        if len(msg) >= 4:
+            if msg[0] != HANDSHAKE_CLIENT_HELLO:
+                raise ClientHelloError(f"handshake type {msg[0]} is not ClientHello", ALERT_UNEXPECTED_MESSAGE)
+            body_len = (msg[1] << 16) | (msg[2] << 8) | msg[3]
+            if body_len > MAX_CLIENT_HELLO:
+                raise HelloTooLarge(f"ClientHello of {body_len} bytes", ALERT_ILLEGAL_PARAMETER)
+            if _min_wire(body_len) > limit:
+                raise HelloTooLarge(f"ClientHello of {body_len} bytes over the limit", ALERT_ILLEGAL_PARAMETER)
+            if len(msg) >= 4 + body_len:
+                return _parse_body(msg[4 : 4 + body_len], pos)
 
 
-def _check_record_prefix(prefix: bytes, pos: int) -> None:
-    if prefix and prefix[0] != CONTENT_HANDSHAKE:
-        raise ClientHelloError(f"record type {prefix[0]:#x}: not a TLS handshake")
-    if len(prefix) > 1 and prefix[1] != 3:
-        raise _bad_version(pos)
+def _incomplete(have: int, limit: int, missing: int) -> Incomplete:
+    if have >= limit:
+        # the hello is split into so many records that it does not fit the caller's buffer
+        raise HelloTooLarge(f"ClientHello not complete within {limit} bytes", ALERT_ILLEGAL_PARAMETER)
+    return Incomplete(missing)
 
 
-def _bad_version(pos: int) -> BadRecordVersion:
+def _bad_version(buf: bytes, pos: int) -> ClientHelloError:
     # As OpenSSL's record layer: the first record with a foreign version does not look like TLS at all (an
-    # HTTP request, a scanner) and is closed without an alert; a later record of a hello is a TLS peer
-    # speaking nonsense and gets protocol_version.
-    if pos == 0:
-        return BadRecordVersion("not a TLS record (bad version)")
-    return BadRecordVersion("record version major is not 3", ALERT_PROTOCOL_VERSION)
+    # HTTP request, a scanner, an SSLv2-format hello) and is closed without an alert; a later record of a
+    # hello is a TLS peer speaking nonsense and gets protocol_version. Counted as a bad version when the
+    # record says handshake, as garbage otherwise.
+    if pos > 0:
+        return BadRecordVersion("record version major is not 3", ALERT_PROTOCOL_VERSION)
+    if buf[0] == CONTENT_HANDSHAKE:
+        return BadRecordVersion("handshake record with a version major other than 3")
+    return ClientHelloError("not a TLS record")
 
 
-def parse(buf: bytes) -> ClientHello | Incomplete:
-    """Parse the ClientHello at the start of ``buf``; ``Incomplete`` if more bytes are needed."""
-    payload, consumed, missing_in_record = _handshake_bytes(buf)
-    if payload and payload[0] != HANDSHAKE_CLIENT_HELLO:
-        raise ClientHelloError(f"handshake type {payload[0]} is not ClientHello")
-    if len(payload) < 4:
-        return Incomplete(max(1, missing_in_record or RECORD_HEADER))
-    hs_len = int.from_bytes(payload[1:4], "big")
-    if hs_len < 38:
-        raise ClientHelloError("ClientHello too short")
-    have = len(payload) - 4
-    if have < hs_len:
-        # the rest of this record, or else the next record's header: only the header, since a zero-length
-        # record is all header and must be judged (refused) as soon as it is there
-        more = missing_in_record if missing_in_record else RECORD_HEADER
-        return Incomplete(max(1, more))
-    return _parse_body(payload[4 : 4 + hs_len], consumed)
+def _decode_error(what: str) -> ClientHelloError:
+    return ClientHelloError(what, ALERT_DECODE_ERROR)
 
 
 def _vec(buf: bytes, pos: int, width: int, limit: int) -> tuple[int, int]:
     """(start, end) of the ``width``-byte length-prefixed vector at ``pos``, within ``buf[:limit]``."""
     start = pos + width
     if start > limit:
-        raise ClientHelloError("field runs past the end of the ClientHello")
+        raise _decode_error("field runs past the end of the ClientHello")
     end = start + (buf[pos] if width == 1 else (buf[pos] << 8) | buf[pos + 1])
     if end > limit:
-        raise ClientHelloError("field runs past the end of the ClientHello")
+        raise _decode_error("field runs past the end of the ClientHello")
     return start, end
 
 
@@ -136,80 +189,82 @@ def _parse_body(body: bytes, size: int) -> ClientHello:
     # Plain index arithmetic over bytes: this runs for every connection, and a reader object with a method
     # call per field cost more than the rest of the routing decision.
     n = len(body)
-    if n < 35 or body[0] != 3:
-        raise ClientHelloError("bad legacy_version")
-    start, end = _vec(body, 34, 1, n)  # after version (2) and random (32): the session id
+    # legacy_version (2) and random (32) are not judged: with supported_versions the version is ignored
+    # (RFC 8446 §4.2.1), without it the terminating TLS server refuses it as it would without the proxy
+    start, end = _vec(body, 34, 1, n)  # session id
     if end - start > 32:
-        raise ClientHelloError("session id longer than 32 bytes")
+        raise _decode_error("session id longer than 32 bytes")
     start, end = _vec(body, end, 2, n)  # cipher suites
     if end - start < 2 or (end - start) % 2:
-        raise ClientHelloError("bad cipher_suites length")
+        raise _decode_error("bad cipher_suites length")
     start, end = _vec(body, end, 1, n)  # compression methods
     if end == start:
-        raise ClientHelloError("no compression methods")
+        raise _decode_error("no compression methods")
     if end == n:
         return ClientHello(None, (), size)  # no extensions at all (pre-TLS 1.2 style)
     pos, ext_end = _vec(body, end, 2, n)
     if ext_end != n:
-        raise ClientHelloError("trailing bytes after extensions")
-    sni: str | None = None
-    alpn: tuple[str, ...] = ()
-    seen: set[int] = set()
+        raise _decode_error("trailing bytes after extensions")
+    # The whole list is framed (and duplicates found) before any content is judged, as the reference does.
+    sni_at = alpn_at = -1
+    sni_end = alpn_end = 0
     while pos < ext_end:
         if pos + 2 > ext_end:
-            raise ClientHelloError("field runs past the end of the ClientHello")
+            raise _decode_error("field runs past the end of the ClientHello")
         etype = (body[pos] << 8) | body[pos + 1]
         start, pos = _vec(body, pos + 2, 2, ext_end)
-        if etype in seen:
-            raise ClientHelloError(f"duplicate extension {etype:#x}")
-        seen.add(etype)
         if etype == EXT_SERVER_NAME:
-            sni = _server_name(body[start:pos])
+            if sni_at >= 0:
+                raise ClientHelloError("duplicate server_name extension", ALERT_ILLEGAL_PARAMETER)
+            sni_at, sni_end = start, pos
         elif etype == EXT_ALPN:
-            alpn = _alpn(body[start:pos])
+            if alpn_at >= 0:
+                raise ClientHelloError("duplicate ALPN extension", ALERT_ILLEGAL_PARAMETER)
+            alpn_at, alpn_end = start, pos
+    sni = _server_name(body[sni_at:sni_end]) if sni_at >= 0 else None
+    alpn = _alpn(body[alpn_at:alpn_end]) if alpn_at >= 0 else ()
     return ClientHello(sni, alpn, size)
 
 
-def _server_name(data: bytes) -> str | None:
+def _server_name(data: bytes) -> str:
+    # As the reference: exactly one entry, of type host_name, and nothing after it (RFC 6066 allows other
+    # name types, but none was ever defined and OpenSSL refuses them).
     pos, end = _vec(data, 0, 2, len(data))
-    if end != len(data):
-        raise ClientHelloError("trailing bytes in server_name")
-    host: str | None = None
-    while pos < end:
-        kind = data[pos]
-        start, pos = _vec(data, pos + 1, 2, end)
-        if kind != 0:
-            continue  # unknown name types are skipped (RFC 6066 §3)
-        if host is not None:
-            raise ClientHelloError("more than one host_name")
-        host = _hostname(data[start:pos])
-    return host
+    if end != len(data) or pos == end:
+        raise _decode_error("bad server_name list")
+    if data[pos] != 0:
+        raise _decode_error("server name type is not host_name")
+    start, pos = _vec(data, pos + 1, 2, end)
+    if pos != end:
+        raise _decode_error("more than one server name")
+    return _hostname(data[start:pos])
 
 
 _LABELS = re.compile(r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*")
 
 
 def _hostname(raw: bytes) -> str:
-    if not raw or len(raw) > 254:
-        raise ClientHelloError("bad server name length")
+    # Over 255 bytes or with a NUL the reference answers unrecognized_name; it serves any other bytes (it has
+    # no names to choose between). A router does: a name that cannot be a DNS hostname gets the same alert.
+    if len(raw) > MAX_HOST_NAME or b"\x00" in raw:
+        raise ClientHelloError("server name too long or with a NUL", ALERT_UNRECOGNIZED_NAME)
     try:
-        name = raw.decode("ascii")
+        name = raw.decode("ascii").lower().removesuffix(".")
     except UnicodeDecodeError:
-        raise ClientHelloError("server name is not ASCII") from None
-    name = name.lower().removesuffix(".")
-    if not name or len(name) > 253:
-        raise ClientHelloError("bad server name length")
-    if not _LABELS.fullmatch(name):
-        raise ClientHelloError("server name is not a DNS hostname")
+        raise ClientHelloError("server name is not ASCII", ALERT_UNRECOGNIZED_NAME) from None
+    if len(name) > 253 or not _LABELS.fullmatch(name):
+        raise ClientHelloError("server name is not a DNS hostname", ALERT_UNRECOGNIZED_NAME)
     return name
 
 
 def _alpn(data: bytes) -> tuple[str, ...]:
     pos, end = _vec(data, 0, 2, len(data))
+    if end != len(data) or pos == end:
+        raise _decode_error("bad ALPN list")
     out = []
     while pos < end:
         start, pos = _vec(data, pos, 1, end)
         if start == pos:
-            raise ClientHelloError("empty ALPN protocol")
+            raise _decode_error("empty ALPN protocol")
         out.append(data[start:pos].decode("latin-1"))
     return tuple(out)

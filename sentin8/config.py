@@ -42,12 +42,15 @@ class Fleet(_Section):
 
 class Limits(_Section):
     peek_timeout_s: float = 10
-    peek_max_bytes: int = 16384
+    # 32 KiB: a ClientHello in one maximal record (16,389 bytes on the wire) and the same hello split over
+    # several records; a larger hello is refused with illegal_parameter (sentin8/clienthello.py)
+    peek_max_bytes: int = 32768
     handshake_timeout_s: float = 10
     header_timeout_s: float = 15
     idle_timeout_s: float = 60
     max_connections_per_ip: int = 0  # concurrent connections per client address, all workers; 0 = no cap
     max_inflight_per_worker: int = 2048  # L7 requests in flight per worker; above: 503 + Retry-After; 0 = no cap
+    max_request_body_bytes: int = 0  # L7 request body (declared or streamed); above: 413; 0 = no cap (streamed)
 
 
 class Acme(_Section):
@@ -296,6 +299,9 @@ def _check(cfg: Config) -> None:
     if cfg.limits.max_connections_per_ip < 0 or cfg.limits.max_inflight_per_worker < 0:
         which = "max_connections_per_ip" if cfg.limits.max_connections_per_ip < 0 else "max_inflight_per_worker"
         raise ConfigError(f"limits.{which}: must be >= 0 (0 = no cap)")
+    body_cap = cfg.limits.max_request_body_bytes
+    if body_cap < 0:
+        raise ConfigError(f"limits.max_request_body_bytes: must be >= 0 (0 = no cap), got {body_cap}")
     br = cfg.breaker
     if br.failures < 1 or br.min_requests < 1:
         raise ConfigError(f"breaker.{'failures' if br.failures < 1 else 'min_requests'}: must be >= 1")

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from sentin8 import clienthello
 from sentin8.clienthello import RECORD_HEADER, ClientHello, ClientHelloError, Incomplete, parse
+from tests import tls13raw, tls_reference
 from tests.hellos import classical_hello, pq_hello, reframe, with_extension_first
 
 PQ = pq_hello("shop.apps.example.com")
@@ -71,7 +72,7 @@ def test_sni_is_normalised():
         b"GET / HTTP/1.1\r\n\r\n",
         b"\x16\x02\x00",  # SSLv2-ish version
         b"\x17\x03\x03\x00\x05hello",  # application data first
-        b"\x16\x03\x01\x00\x00",  # empty record
+        b"\x17\x03\x03\x00\x00",  # an empty record of any type but handshake (and CCS): see below for those
         b"\x16\x03\x01\x50\x00",  # record longer than TLS allows
         b"\x16\x03\x01\x00\x04\x02\x00\x00\x00",  # ServerHello, not ClientHello
     ],
@@ -128,8 +129,31 @@ def test_after_a_complete_record_the_next_header_is_enough_to_judge():
     # Asking for more than a record header would hold a zero-length record (all header) until the deadline.
     assert parse(records[:first]) == Incomplete(RECORD_HEADER)
     with pytest.raises(ClientHelloError) as info:
-        parse(records[:first] + b"\x16\x03\x01\x00\x00")
+        parse(records[:first] + b"\x17\x03\x03\x00\x00")
     assert info.value.alert == clienthello.ALERT_UNEXPECTED_MESSAGE
+
+
+def test_empty_handshake_records_are_skipped_as_the_reference_skips_them():
+    """OpenSSL 3.5 and 4.0 skip empty handshake records (and empty CCS records until the handshake header is
+    complete), up to 32 in a row; the 33rd is unexpected_message. Issue 16 (7): refusing the first one at
+    once, as this parser did, answered where the reference completes the handshake."""
+    hello = pq_hello("a.test")
+    records = reframe(hello, 600)
+    first = 5 + int.from_bytes(records[3:5], "big")
+    empty_hs, empty_ccs = b"\x16\x03\x01\x00\x00", b"\x14\x03\x03\x00\x00"
+    assert parse(empty_hs) == Incomplete(RECORD_HEADER)
+    assert parse(records[:first] + empty_hs) == Incomplete(RECORD_HEADER)
+    assert parse(empty_ccs * 16 + empty_hs * 16 + hello).sni == "a.test"
+    assert parse(records[:first] + empty_hs * 32 + records[first:]).sni == "a.test"
+    for too_many in (empty_hs * 33 + hello, records[:first] + empty_hs * 33):
+        with pytest.raises(ClientHelloError) as info:
+            parse(too_many)
+        assert info.value.alert_bytes() == bytes.fromhex("1503030002020a")
+    # an empty CCS once the 4-byte handshake header is in: unexpected_message
+    ones = reframe(hello, 1)
+    assert parse(ones[:18] + empty_ccs + ones[18:]).sni == "a.test"
+    with pytest.raises(ClientHelloError):
+        parse(ones[:24] + empty_ccs)
 
 
 def test_bad_record_version_gets_an_alert_only_after_the_first_record():
@@ -148,3 +172,54 @@ def test_bad_record_version_gets_an_alert_only_after_the_first_record():
             parse(bytes(records[:end]))
         assert info.value.alert == clienthello.ALERT_PROTOCOL_VERSION
     assert clienthello.alert_record(70) == bytes.fromhex("15030300020246")
+
+
+# -- every answer of tests/tls_reference.py, sans IO ----------------------------------------------------
+
+
+@pytest.mark.parametrize("case", tls_reference.cases(), ids=lambda c: c.name)
+def test_parse_gives_the_reference_answer(case):
+    """The peek's cases are refused with the recorded alert (and record version); the others pass to the TLS
+    server that terminates the connection, which answers them itself."""
+    limit = 32768  # the default limits.peek_max_bytes
+    if not case.peek:
+        assert isinstance(parse(case.wire, limit), ClientHello), case.name
+        return
+    try:
+        result = parse(case.wire, limit)
+    except ClientHelloError as exc:
+        sent = exc.alert_bytes()
+    else:
+        assert case.fin and isinstance(result, Incomplete), case.name
+        sent = clienthello.truncated().alert_bytes()
+    assert (f"{sent.hex()} fin" if sent else "fin") == case.expected
+
+
+def test_a_hello_in_one_maximal_record_fits_exactly_16389_bytes():
+    msg = tls_reference.padded_message(16384)
+    wire = b"\x16\x03\x01\x40\x00" + msg
+    assert len(wire) == 16389
+    assert parse(wire, 16389).sni == tls_reference.SNI
+    with pytest.raises(clienthello.HelloTooLarge):
+        parse(wire[:16388], 16388)  # one byte short of the record, and the buffer is full
+
+
+def test_a_hello_over_the_limit_is_refused_as_soon_as_that_is_known():
+    msg = tls_reference.padded_message(40000)
+    wire = tls_reference._records(msg)
+    # from the handshake header in the first record: 40,000 bytes need three records
+    with pytest.raises(clienthello.HelloTooLarge) as info:
+        parse(wire[: 5 + 16384], 32768)
+    assert info.value.alert_bytes() == bytes.fromhex("1503030002022f")
+    assert parse(wire, 40000 + 15).sni == tls_reference.SNI  # exactly its size
+    # split so finely that the records no longer fit: refused when the buffer is full
+    ones = reframe(pq_hello("a.test"), 1)
+    with pytest.raises(clienthello.HelloTooLarge):
+        parse(ones[:2000], 2000)
+    assert parse(ones, len(ones)).sni == "a.test"
+
+
+def test_legacy_version_is_left_to_the_tls_server():
+    for version in (0x0000, 0x0200, 0x0300, 0x0400, 0xFFFF):
+        hello = tls13raw.pq_hello("a.test", tls13raw.KeyShares(), legacy_version=version)
+        assert parse(hello.record()).sni == "a.test"

@@ -15,10 +15,11 @@ from tests.peers import REPO, free_port
 def test_defaults_match_the_design():
     cfg = load_bytes(b"")
     assert cfg.listen.https == "0.0.0.0:443"
-    assert cfg.limits.peek_max_bytes == 16384
+    assert cfg.limits.peek_max_bytes == 32768  # issue 16: one maximal TLS record (16,389 bytes) must fit
     assert cfg.policy.max_headers == 100 and cfg.policy.max_header_bytes == 65536
     assert cfg.sources.poll_interval_s == 30 and cfg.sources.suspect_ttl_s == 30
     assert "10.0.0.0/8" in cfg.network.internal_cidrs
+    assert cfg.limits.max_request_body_bytes == 0  # no cap: bodies stream (README, "Request bodies")
 
 
 @pytest.mark.parametrize(
@@ -35,6 +36,8 @@ def test_defaults_match_the_design():
         (b'[network]\ninternal_cidrs = ["10.0.0.0/33"]\n', "network.internal_cidrs[0]"),
         (b'[sources]\nregistry = "etcd"\n', "sources.registry"),
         (b"[limits]\npeek_timeout_s = 0\n", "limits.peek_timeout_s"),
+        (b"[limits]\nmax_request_body_bytes = -1\n", "limits.max_request_body_bytes"),
+        (b'[limits]\nmax_request_body_bytes = "1M"\n', "limits.max_request_body_bytes"),
         (b"[shm]\nsuspect_slots = 1000\n", "shm.suspect_slots"),
         (b"[shm]\nmetrics_services = 1\n", "shm.metrics_services"),
         (b'[metrics]\nvalkey_url = "http://x"\n', "metrics.valkey_url"),

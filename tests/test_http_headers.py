@@ -295,3 +295,53 @@ def test_generated_ids_are_uuid4_across_batches_and_threads():
     for value in ids:
         u = uuid.UUID(value.removeprefix(b"proxy-").decode())
         assert u.version == 4 and u.variant == uuid.RFC_4122 and str(u).encode() == value[6:]
+
+
+# --- issue 16: reserved names leave through no response; 1xx framing; Expect on HTTP/1.0; the WebSocket token ---
+
+
+@pytest.mark.parametrize(
+    "name", [v for n in RESERVED_NAMES for v in case_variants(n)] + [b"X-Sentin8-Anything", b"x-sentin8-"]
+)
+def test_backend_reserved_response_headers_never_reach_the_client(name):
+    headers = [(b"Content-Type", b"text/plain"), (name, b"internal"), (b"X-Powered-By", b"x"), (name, b"again")]
+    for kw in ({}, {"interim": True}, {"upgrade": True}):
+        out = response_headers(headers, **kw)
+        assert (b"Content-Type", b"text/plain") in out and (b"X-Powered-By", b"x") in out
+        assert not any(v in (b"internal", b"again") for _, v in out), (name, kw)
+
+
+def test_interim_and_101_heads_lose_the_framing_headers():
+    headers = [
+        (b"Link", b"</a.css>; rel=preload"),
+        (b"Content-Length", b"5"),
+        (b"content-length", b"5"),
+        (b"Transfer-Encoding", b"chunked"),
+        (b"TRANSFER-ENCODING", b"gzip"),
+    ]
+    assert response_headers(headers, interim=True) == [(b"Link", b"</a.css>; rel=preload")]
+    out = response_headers([*headers, (b"Upgrade", b"websocket"), (b"Sec-WebSocket-Accept", b"x")], upgrade=True)
+    assert as_dict(out) == {
+        b"link": [b"</a.css>; rel=preload"],
+        b"sec-websocket-accept": [b"x"],
+        b"connection": [b"Upgrade"],
+        b"upgrade": [b"websocket"],
+    }
+    # a final response keeps its Content-Length (its framing); Transfer-Encoding is re-created by the bridge
+    assert response_headers(headers) == headers[:3]
+
+
+@pytest.mark.parametrize("value", [b"100-continue", b"100-Continue", b"foo", b""])
+def test_expect_is_dropped_for_http10_and_kept_for_http11(value):
+    headers = [(b"Expect", value), (b"EXPECT", value), (b"X-A", b"1")]
+    for http10, want in ((True, []), (False, [value, value])):
+        assert as_dict(fwd(headers, http10=http10)[0]).get(b"expect", []) == want
+        assert as_dict(passthrough_headers(headers, http10=http10)).get(b"expect", []) == want
+
+
+def test_a_websocket_upgrade_forwards_only_the_websocket_token():
+    headers = [(b"Connection", b"keep-alive, Upgrade"), (b"Upgrade", b"h2c, WebSocket"), (b"Upgrade", b"x")]
+    got = as_dict(fwd(headers, websocket=True)[0])
+    assert got[b"upgrade"] == [b"websocket"] and got[b"connection"] == [b"Upgrade"]
+    got = as_dict(fwd(headers)[0])
+    assert b"upgrade" not in got and b"connection" not in got  # not a WebSocket: hop-by-hop, stripped

@@ -9,12 +9,17 @@ import pytest
 from sentin8.http.framing import HeadError, response_head
 from sentin8.http.headers import response_headers
 from sentin8.http.response import (
+    INTERIM_MAX_BYTES,
+    INTERIM_MAX_COUNT,
     LAST_CHUNK,
     chunk_size_line,
     coalesce,
     encode_chunks,
+    heads_within_budget,
+    interim_within_budget,
     response_framing,
     split,
+    status_line_acceptable,
     upstream_reusable,
     without_content_length,
 )
@@ -216,3 +221,66 @@ def test_upstream_reuse_needs_a_clean_known_end():
     assert upstream_reusable(**ok)
     for key in ok:
         assert not upstream_reusable(**{**ok, key: not ok[key]}), key
+
+
+# --- issue 16: status lines and interim budgets ---------------------------------------------------------------
+
+
+def _status_of(raw: bytes) -> list[int]:
+    """The status the parser reports at each head of ``raw``, as the relay reads it."""
+    seen: list[int] = []
+
+    class P:
+        def on_headers_complete(self) -> None:
+            seen.append(p.get_status_code())
+
+    p = httptools.HttpResponseParser(P())
+    try:
+        p.feed_data(raw)
+    except httptools.HttpParserError:
+        pass
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("line", "ok"),
+    [
+        (b"HTTP/1.1 200 OK", True),
+        (b"HTTP/1.0 200 OK", True),
+        (b"HTTP/1.1 100 Continue", True),
+        (b"HTTP/1.1 599 Custom", True),
+        (b"HTTP/1.1 200", True),
+        (b"HTTP/2.0 200 OK", False),
+        (b"HTTP/0.9 200 OK", False),
+        (b"RTSP/1.0 200 OK", False),
+        (b"ICE/1.0 200 OK", False),
+        (b"HTTP/1.1 999 Nine", False),
+        (b"HTTP/1.1 099 Low", False),
+        (b"HTTP/1.1 000 Zero", False),
+        (b"HTTP/1.1 600 Six", False),
+    ],
+)
+def test_status_lines_as_the_parser_lets_them_through(line, ok):
+    raw = line + b"\r\nContent-Length: 0\r\n\r\n"
+    status, *_ = _status_of(raw)  # llhttp takes every one of these
+    assert status_line_acceptable(raw, 0, status) is ok
+    assert status_line_acceptable(b"\r\n\r\n" + raw, 0, status) is ok  # the empty lines llhttp skips
+
+
+@pytest.mark.parametrize("final", [b"HTTP/1.1 200 OK", b"RTSP/1.0 200 OK", b"ICE/1.0 200 OK", b"HTTP/2.0 200 OK"])
+def test_a_status_line_after_interim_responses_is_checked_too(final):
+    raw = b"HTTP/1.1 100 Continue\r\n\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + final + b"\r\n\r\n"
+    heads = _status_of(raw)
+    assert len(heads) == 3
+    assert status_line_acceptable(raw, 0, heads[0]) and status_line_acceptable(raw, 1, heads[1])
+    assert status_line_acceptable(raw, 2, heads[2]) is (final == b"HTTP/1.1 200 OK")
+    assert not status_line_acceptable(raw[:20], 2, 200)  # the head is not in raw: never a guess
+
+
+def test_interim_budget():
+    assert (INTERIM_MAX_COUNT, INTERIM_MAX_BYTES) == (8, 65536)
+    assert interim_within_budget(8, 65536)
+    assert not interim_within_budget(9, 100)
+    assert not interim_within_budget(1, 65537)
+    assert heads_within_budget(65536 + 131072, 131072)
+    assert not heads_within_budget(65536 + 131073, 131072)

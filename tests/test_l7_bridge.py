@@ -1630,9 +1630,16 @@ def test_waf_inspect_prefix_forwards_a_clean_big_body_and_blocks_an_early_attack
 def test_acme_bypasses_the_waf(start, backend, acme):
     proxy = with_waf(start(make_table([backend], acme=acme)))
     c = proxy.client()
-    r = c.request(get("/.well-known/acme-challenge/tok?x=1%27%20OR%201=1--"))
+    # A challenge as a CA sends it skips the WAF even with a header the WAF would block (a scanner's name).
+    r = c.request(get("/.well-known/acme-challenge/tok", extra=b"User-Agent: sqlmap/1.7\r\n"))
     assert r.status == 200 and r.json()["backend"] == "acme"
     assert proxy.counters["waf_inspected"] == 0
+    # With a query it is no challenge (issue 16: no query in the bypass): routed by Host, inspected, blocked.
+    r = proxy.client().request(get("/.well-known/acme-challenge/tok?x=1%27%20OR%201=1--"))
+    assert r.status == 403 and proxy.counters["waf_inspected"] == 1
+    assert not acme.requests[1:] and not backend.requests
+    r = proxy.client().request(get("/", extra=b"User-Agent: sqlmap/1.7\r\n"))
+    assert r.status == 403 and not backend.requests  # what that header gets off the challenge path
     settled(proxy)
 
 

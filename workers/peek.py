@@ -2,7 +2,9 @@
 
 Event-driven: the loop wakes us when the socket is readable, and SO_RCVLOWAT is raised to the bytes still
 missing so a level-triggered loop does not spin on a half-arrived ClientHello. A deadline timer and a byte
-cap bound what a slow or garbage peer can cost.
+cap bound what a slow or garbage peer can cost. Whatever ends the peek early (bytes that are no ClientHello,
+a hello over the cap, the peer's FIN, the deadline) is answered as a reference OpenSSL server answers it:
+the alert ``sentin8.clienthello`` names, after reading what the peer sent, so the caller's close is a FIN.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import select
 import socket
 
 from sentin8 import clienthello
-from sentin8.clienthello import BadRecordVersion, ClientHello, ClientHelloError, Incomplete, alert_record
+from sentin8.clienthello import BadRecordVersion, ClientHello, ClientHelloError, HelloTooLarge, Incomplete
 
 
 class PeekFailed(Exception):
@@ -21,16 +23,37 @@ class PeekFailed(Exception):
         self.reason = reason
 
 
-def _refuse(sock: socket.socket, peeked: int, alert: int | None) -> None:
-    """Answer bytes that are not a ClientHello the way a reference OpenSSL server does: consume what was
-    read (so the close is a FIN, not a reset for unread data), send its fatal alert if it sends one. The
-    caller closes."""
+_DRAIN_MAX = 256 * 1024  # a peer still sending after this much is flooding: its close may be a reset
+
+
+def _refuse(sock: socket.socket, alert: bytes) -> None:
+    """End a connection whose ClientHello is refused (or never came) the way the reference OpenSSL server
+    does: it has read everything the peer sent, so read what is in the socket (a close with unread bytes is
+    a reset, not a FIN), then send its fatal alert when it sends one. The caller closes."""
+    drained = 0
     try:
-        sock.recv(peeked)
-        if alert is not None:
-            sock.send(alert_record(alert))  # 7 bytes into an empty send buffer: never partial
+        while drained < _DRAIN_MAX:
+            got = len(sock.recv(65536))
+            if not got:
+                break
+            drained += got
+    except (BlockingIOError, InterruptedError):
+        pass
     except OSError:
-        pass  # the peer is gone already: nothing to tell it
+        return  # reset by the peer: nothing to tell it
+    if alert:
+        try:
+            sock.send(alert)  # 7 bytes into an empty send buffer: never partial
+        except OSError:
+            pass  # the peer is gone already
+
+
+def _failed(exc: ClientHelloError) -> PeekFailed:
+    if isinstance(exc, BadRecordVersion):
+        return PeekFailed("peek_bad_version")
+    if isinstance(exc, HelloTooLarge):
+        return PeekFailed("peek_oversize")
+    return PeekFailed("peek_garbage")
 
 
 def _peer_closed(fd: int) -> bool:
@@ -53,27 +76,26 @@ class _Peek:
         self.fut: asyncio.Future[ClientHello] | None = None
 
     def attempt(self) -> ClientHello | None:
-        """The ClientHello once it is all in the socket, None while more is expected; ``PeekFailed`` else."""
+        """The ClientHello once it is all in the socket, None while more is expected; ``PeekFailed`` else
+        (the connection already answered as the reference would: the caller only closes it)."""
         sock = self.sock
         try:
             data = sock.recv(self.max_bytes, socket.MSG_PEEK)
         except (BlockingIOError, InterruptedError):
             return None
         except OSError:
-            raise PeekFailed("peek_eof") from None
-        if not data:
-            raise PeekFailed("peek_eof")
+            raise PeekFailed("peek_eof") from None  # reset by the peer: nothing to answer
         try:
-            result = clienthello.parse(data)
+            result = clienthello.parse(data, self.max_bytes)
         except ClientHelloError as exc:
-            _refuse(sock, len(data), exc.alert)
-            raise PeekFailed("peek_bad_version" if isinstance(exc, BadRecordVersion) else "peek_garbage") from None
+            _refuse(sock, exc.alert_bytes())
+            raise _failed(exc) from None
         if not isinstance(result, Incomplete):
             return result
-        if len(data) >= self.max_bytes:
-            raise PeekFailed("peek_oversize")
-        if len(data) == self.seen and _peer_closed(sock.fileno()):
-            raise PeekFailed("peek_eof")  # FIN with a partial hello: readable forever, never complete
+        if not data or (len(data) == self.seen and _peer_closed(sock.fileno())):
+            # FIN before the hello was complete (a partial hello is readable forever, never complete)
+            _refuse(sock, clienthello.truncated().alert_bytes())
+            raise PeekFailed("peek_eof")
         self.seen = len(data)
         want = min(len(data) + result.missing, self.max_bytes)
         if want != self.lowat:
@@ -86,7 +108,7 @@ class _Peek:
         fd = self.sock.fileno()
         self.fut = loop.create_future()
         loop.add_reader(fd, self._on_readable)
-        timer = loop.call_later(timeout, self._fail, PeekFailed("peek_timeout"))
+        timer = loop.call_later(timeout, self._timed_out)
         try:
             return await self.fut
         finally:
@@ -110,9 +132,10 @@ class _Peek:
         if hello is not None:
             fut.set_result(hello)
 
-    def _fail(self, exc: PeekFailed) -> None:
+    def _timed_out(self) -> None:
         if self.fut is not None and not self.fut.done():
-            self.fut.set_exception(exc)
+            _refuse(self.sock, b"")  # no alert: the reference has no deadline to answer for; a FIN, not a reset
+            self.fut.set_exception(PeekFailed("peek_timeout"))
 
 
 async def peek_client_hello(

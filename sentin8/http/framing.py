@@ -9,26 +9,33 @@ Transfer-Encoding on HTTP/1.0, versions other than 1.0/1.1, a missing or repeate
 invalid Host, an absolute-form target whose authority disagrees with Host, CONNECT, upgrades with a body,
 WebSocket upgrades without a valid ``Sec-WebSocket-Key``, and (``request_line_is_http``) RTSP/ICE request
 lines, which llhttp reports as version 1.0. The caps (header count and bytes, 431) are counted as the parser
-reports each header line.
+reports each header line. It also records what later steps decide on: whether the request is a WebSocket
+handshake (``websocket.py``; other upgrades are served as plain requests), an ACME challenge (``acme.py``),
+and whether it expects ``100-continue`` (never on HTTP/1.0: RFC 9110 §10.1.1).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
 from collections.abc import Iterable
+
+from .acme import ACME_PREFIX as _ACME_PREFIX
+from .acme import NOT_ACME, acme_challenge
+from .websocket import valid_websocket_key, websocket_handshake
+from .websocket import websocket_accept as websocket_accept  # re-exported: its home is websocket.py
 
 Header = tuple[bytes, bytes]
 
 
 class HeadError(Exception):
-    """The request cannot be forwarded; answer ``status`` and close."""
+    """The request cannot be forwarded; answer ``status`` and close. ``counter``: the counter naming the
+    refusal beside ``http_<status>`` ("" = that one alone)."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, counter: str = "") -> None:
         super().__init__(f"{status} {reason}")
         self.status = status
         self.reason = reason
+        self.counter = counter
 
 
 class HeaderBudget:
@@ -58,9 +65,11 @@ class RequestHead:
     """A validated request head, ready for routing and forwarding."""
 
     __slots__ = (
+        "acme",
         "authority",
         "chunked",
         "content_length",
+        "expect_continue",
         "headers",
         "host",
         "keep_alive",
@@ -85,6 +94,8 @@ class RequestHead:
         keep_alive: bool,
         websocket: bool,
         websocket_key: bytes = b"",
+        acme: int = NOT_ACME,
+        expect_continue: bool = False,
     ) -> None:
         self.method = method
         self.target = target  # origin-form (or "*"), what goes upstream
@@ -99,6 +110,8 @@ class RequestHead:
         self.keep_alive = keep_alive
         self.websocket = websocket
         self.websocket_key = websocket_key  # Sec-WebSocket-Key as sent, checked against the 101's Accept
+        self.acme = acme  # acme.CHALLENGE / NOT_A_CHALLENGE / NOT_ACME
+        self.expect_continue = expect_continue  # Expect: 100-continue on HTTP/1.1 (ignored on 1.0)
 
     @property
     def has_body(self) -> bool:
@@ -109,6 +122,7 @@ class RequestHead:
 _HOST = re.compile(rb"(\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9._-]{1,253})(?::([0-9]{1,5}))?")
 _ABSOLUTE = re.compile(rb"(?i:https?)://([^/?#]*)(.*)", re.S)
 _DIGITS = re.compile(rb"[0-9]{1,18}")
+_NO_FIELDS: list[bytes] = []  # shared, never appended to (validate_request appends only when upgrade is set)
 
 
 _host_cache: dict[bytes, str | None] = {}
@@ -151,7 +165,11 @@ def validate_request(
     keep_alive: bool,
     upgrade: bool,
 ) -> RequestHead:
-    """Decide the framing of a parsed request head, or raise ``HeadError`` (400/405)."""
+    """Decide the framing of a parsed request head, or raise ``HeadError`` (400/405).
+
+    ``upgrade`` is the parser's word that the request asked to switch protocols (``Upgrade`` with
+    ``Connection: upgrade``): llhttp stops parsing HTTP there, so a WebSocket tunnel needs it as well as
+    ``websocket_handshake``'s own reading of the two lists."""
     if version != "1.1" and version != "1.0":
         raise HeadError(400, "unsupported HTTP version")
     if method == b"CONNECT":
@@ -161,8 +179,11 @@ def validate_request(
     content_length: int | None = None
     te_count = 0
     te_value = b""
-    upgrade_value = b""
-    ws_keys: list[bytes] = []
+    # The upgrade's own fields, collected only when the parser saw one (no lists for the other requests).
+    upgrades: list[bytes] = [] if upgrade else _NO_FIELDS
+    connections: list[bytes] = [] if upgrade else _NO_FIELDS
+    ws_keys: list[bytes] = [] if upgrade else _NO_FIELDS
+    expect = False
     for name, value in headers:
         n = len(name)
         # Only the few names that decide framing or routing; length first keeps this loop cheap.
@@ -178,10 +199,15 @@ def validate_request(
         elif n == 17 and name.lower() == b"transfer-encoding":
             te_count += 1
             te_value = value
-        elif n == 7 and name.lower() == b"upgrade":
-            upgrade_value = value
-        elif n == 17 and name.lower() == b"sec-websocket-key":
-            ws_keys.append(value.strip(b" \t"))
+        elif n == 6 and name.lower() == b"expect":
+            expect = expect or value.strip(b" \t").lower() == b"100-continue"
+        elif upgrade:
+            if n == 7 and name.lower() == b"upgrade":
+                upgrades.append(value)
+            elif n == 10 and name.lower() == b"connection":
+                connections.append(value)
+            elif n == 17 and name.lower() == b"sec-websocket-key":
+                ws_keys.append(value.strip(b" \t"))
     chunked = False
     if te_count:
         if version == "1.0":
@@ -203,7 +229,8 @@ def validate_request(
             raise HeadError(400, "invalid Host")
         host, authority = parsed, host_value
     target = url
-    if url[:1] != b"/":
+    origin_form = url[:1] == b"/"
+    if not origin_form:
         if url == b"*":
             if method != b"OPTIONS":
                 raise HeadError(400, "asterisk-form is for OPTIONS only")
@@ -221,20 +248,23 @@ def validate_request(
                 target = b"/" + target
             if target[:1] != b"/":
                 raise HeadError(400, "invalid request target")
+    has_body = chunked or bool(content_length)
     websocket = False
     if upgrade:
-        has_body = chunked or bool(content_length)
-        if b"websocket" in upgrade_value.lower() and method == b"GET":
+        if websocket_handshake(method, version, upgrades, connections):
             if has_body:
-                raise HeadError(400, "websocket upgrade with a body")
+                raise HeadError(400, "websocket upgrade with a body", "upgrade_refused")
             if len(ws_keys) != 1 or not valid_websocket_key(ws_keys[0]):
                 # RFC 6455 §4.2.1: without exactly one 16-byte nonce the backend cannot prove it speaks
                 # WebSocket, and a tunnel opened on a bare 101 is the WebSocket-smuggling shape.
-                raise HeadError(400, "websocket upgrade without a valid Sec-WebSocket-Key")
+                raise HeadError(400, "websocket upgrade without a valid Sec-WebSocket-Key", "upgrade_refused")
             websocket = True
         elif has_body:
-            # llhttp would hand the body over as upgrade bytes; bodyless ones are served as plain requests.
-            raise HeadError(400, "upgrade with a body")
+            # llhttp would stop parsing HTTP after the body; bodyless ones are served as plain requests.
+            raise HeadError(400, "upgrade with a body", "upgrade_refused")
+    acme = NOT_ACME
+    if target.startswith(_ACME_PREFIX):  # the one test most requests pay
+        acme = acme_challenge(method, target, origin_form=origin_form, body=has_body, upgrade=upgrade)
     return RequestHead(
         method,
         target,
@@ -247,21 +277,9 @@ def validate_request(
         keep_alive,
         websocket,
         ws_keys[0] if websocket else b"",
+        acme,
+        expect and version == "1.1",  # RFC 9110 §10.1.1: an HTTP/1.0 request's expectation is ignored
     )
-
-
-_WS_KEY = re.compile(rb"[A-Za-z0-9+/]{22}==")
-_WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-
-
-def valid_websocket_key(key: bytes) -> bool:
-    """A Sec-WebSocket-Key is the base64 of 16 bytes: 22 characters and ``==`` (RFC 6455 §4.1)."""
-    return _WS_KEY.fullmatch(key) is not None
-
-
-def websocket_accept(key: bytes) -> bytes:
-    """The Sec-WebSocket-Accept a real WebSocket server answers ``key`` with (RFC 6455 §4.2.2)."""
-    return base64.b64encode(hashlib.sha1(key + _WS_GUID).digest())
 
 
 def request_line_is_http(raw: bytes, method: bytes, url: bytes) -> bool:

@@ -3,8 +3,10 @@
 The edge is the first hop (ARCHITECTURE.md §6, "Headers"): no client-supplied ``X-Sentin8-*`` header survives, on any
 path, in any case, count or position (nor its ``X_Sentin8_*`` spelling, which CGI-style backends conflate
 with it); the authoritative tenant context and ``X-Forwarded-*`` are injected
-here. Hop-by-hop headers (RFC 9110 §7.6.1) never cross the proxy; the bridge re-creates the framing headers
-(Content-Length / Transfer-Encoding) itself. Runs per request: one pass over bytes, lower-case compares.
+here. The same names are the platform's internal vocabulary, so a backend's own ``X-Sentin8-*`` response
+headers never reach a client either. Hop-by-hop headers (RFC 9110 §7.6.1) never cross the proxy; the bridge
+re-creates the framing headers (Content-Length / Transfer-Encoding) itself, and a 1xx loses both. Runs per
+request: one pass over bytes, lower-case compares.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ _REQUEST_DROP = frozenset(
     }
 )
 
+# HTTP/1.0 requests also lose Expect: RFC 9110 §10.1.1 says to ignore a 1.0 request's expectation, and the
+# request goes upstream as HTTP/1.1, where it would mean something.
+_REQUEST_DROP_HTTP10 = _REQUEST_DROP | {b"expect"}
+
 _RESPONSE_DROP = frozenset(
     {
         b"connection",
@@ -63,6 +69,8 @@ _RESPONSE_DROP = frozenset(
         b"proxy-authenticate",
     }
 )
+# A 1xx has no body (RFC 9110 §15.2): framing headers on one are a backend's mistake a client may act on.
+_INTERIM_DROP = _RESPONSE_DROP | {b"content-length"}
 
 # Connection options that name no header (or name one we must keep: Host carries the routing).
 _CONNECTION_OPTIONS = frozenset({b"", b"close", b"keep-alive", b"upgrade", b"host"})
@@ -138,13 +146,13 @@ def _uuid4_batch() -> list[bytes]:
     ]
 
 
-def _filter_request(headers: list[Header], websocket: bool) -> tuple[list[Header], bytes | None]:
+def _filter_request(headers: list[Header], websocket: bool, http10: bool) -> tuple[list[Header], bytes | None]:
     """One pass: drop reserved, hop-by-hop, framing and forwarding headers; remember X-Correlation-Id."""
     out: list[Header] = []
     append = out.append
     corr: bytes | None = None
     tokens: list[bytes] = []
-    upgrade: Header | None = None
+    drop = _REQUEST_DROP_HTTP10 if http10 else _REQUEST_DROP
     for header in headers:
         low = header[0].lower()
         if low[:1] == b"x":
@@ -155,17 +163,16 @@ def _filter_request(headers: list[Header], websocket: bool) -> tuple[list[Header
             if low == b"x-correlation-id" and corr is None:
                 corr = header[1]
             append(header)
-        elif low in _REQUEST_DROP:
+        elif low in drop:
             if low == b"connection":
                 tokens += _listed_in_connection(header[1], _CONNECTION_OPTIONS)
-            elif low == b"upgrade" and websocket and upgrade is None:
-                upgrade = header
         else:
             append(header)
     out = _drop_listed(out, tokens)
-    if websocket and upgrade is not None:
+    if websocket:
+        # Only the protocol the tunnel is checked for goes upstream (websocket.py), whatever else was listed.
         out.append((b"Connection", b"Upgrade"))
-        out.append(upgrade)
+        out.append((b"Upgrade", b"websocket"))
     return out, corr
 
 
@@ -179,13 +186,15 @@ def forward_headers(
     hostname: str,
     websocket: bool = False,
     client_cert: bytes | None = None,
+    http10: bool = False,
 ) -> tuple[list[Header], bytes]:
     """The header list to send upstream for a routed request, and its correlation id.
 
     ``host`` is the Host value as received (for X-Forwarded-Host), ``hostname`` the name it resolved
-    (lower case, no port). ``client_cert`` is the verified client certificate (DER), when there is one.
+    (lower case, no port). ``client_cert`` is the verified client certificate (DER), when there is one;
+    ``http10``: the client spoke HTTP/1.0 (its Expect is dropped).
     """
-    out, corr_in = _filter_request(headers, websocket)
+    out, corr_in = _filter_request(headers, websocket, http10)
     corr = correlation_id(corr_in)
     out.append((b"X-Sentin8-Env-Id", route.env_id.encode()))
     out.append((b"X-Sentin8-App-Id", route.app_id.encode()))
@@ -203,32 +212,35 @@ def forward_headers(
     return out, corr
 
 
-def passthrough_headers(headers: list[Header], *, websocket: bool = False) -> list[Header]:
+def passthrough_headers(headers: list[Header], *, websocket: bool = False, http10: bool = False) -> list[Header]:
     """The ACME passthrough: the same stripping, nothing injected."""
-    return _filter_request(headers, websocket)[0]
+    return _filter_request(headers, websocket, http10)[0]
 
 
-def response_headers(headers: list[Header], *, upgrade: bool = False) -> list[Header]:
-    """Drop hop-by-hop headers from an upstream response; the bridge adds its own framing/Connection.
+def response_headers(headers: list[Header], *, interim: bool = False, upgrade: bool = False) -> list[Header]:
+    """The backend's response headers as the client gets them: hop-by-hop and reserved ``x-sentin8-*`` names
+    dropped (the platform's internal vocabulary never leaves it, whoever wrote it); the bridge adds its own
+    framing and Connection.
 
-    Content-Length is kept: it is the framing for fixed-length bodies and meaningful on HEAD/304.
-    With ``upgrade`` (a 101), Upgrade is kept and Connection becomes ``Upgrade``.
+    Content-Length is kept on a final response: it is the framing for fixed-length bodies and meaningful on
+    HEAD/304. ``interim`` (a 1xx): Content-Length goes too, a 1xx has no body. ``upgrade`` (a WebSocket 101,
+    an interim response too): the switch is re-stated as ``Connection: Upgrade`` and ``Upgrade: websocket``.
     """
     out: list[Header] = []
     append = out.append
     tokens: list[bytes] = []
-    upgrade_header: Header | None = None
+    drop = _INTERIM_DROP if interim or upgrade else _RESPONSE_DROP
     for header in headers:
         low = header[0].lower()
-        if low in _RESPONSE_DROP:
+        if low in drop:
             if low == b"connection":
                 tokens += _listed_in_connection(header[1], _RESPONSE_CONNECTION_OPTIONS)
-            elif low == b"upgrade" and upgrade and upgrade_header is None:
-                upgrade_header = header
-        else:
+        # Reserved in either spelling (as for requests). Every such name sorts at or after "x-sentin8-" ("_"
+        # sorts after "-"), so one comparison clears nearly every header.
+        elif low < RESERVED_PREFIX or (low.replace(b"_", b"-") if b"_" in low else low)[:10] != RESERVED_PREFIX:
             append(header)
     out = _drop_listed(out, tokens)
-    if upgrade_header is not None:
+    if upgrade:
         out.append((b"Connection", b"Upgrade"))
-        out.append(upgrade_header)
+        out.append((b"Upgrade", b"websocket"))  # switch_refusal (websocket.py) made sure it said exactly this
     return out

@@ -14,11 +14,23 @@ removed). What goes back to the client is framed again here, by one rule (RFC 91
 The client connection closes after the response when the proxy drains, the client asked (``Connection:
 close``, HTTP/1.0 without keep-alive), the request was a WebSocket upgrade refused by the backend, or the body
 is close-delimited towards the client. ``tests/test_http_response.py`` pins each case byte for byte.
+
+Before any of that, each status line must be HTTP/1.x with a three-digit 1xx-5xx code
+(``status_line_acceptable``): llhttp also takes ``HTTP/2.0``, ``HTTP/0.9``, ``RTSP/1.0`` and ``ICE/1.0``
+status lines and any code from 000 to 999, and the bridge would relay them as HTTP/1.1. Interim (1xx)
+responses are relayed but bounded (``interim_within_budget``): a backend cannot keep a client reading
+informational heads forever. Either refusal is a 502 (nothing final has been sent yet).
 """
 
 from __future__ import annotations
 
 from .framing import Header, HeadError
+
+# Interim responses per request, and the bytes of their heads together (status lines and header lines as the
+# header caps count them). A real server sends a 100 Continue and a 103 Early Hints or two; Go's HTTP client
+# gives up after 5 (max1xxResponses). 64 KiB is one request head at the default policy.max_header_bytes.
+INTERIM_MAX_COUNT = 8
+INTERIM_MAX_BYTES = 64 * 1024
 
 LAST_CHUNK = b"0\r\n\r\n"
 CRLF = b"\r\n"
@@ -92,6 +104,49 @@ _FRAMINGS = {
     for close in (False, True)
     for drop in (False, True)
 }
+
+
+def status_line_acceptable(raw: bytes, index: int, status: int) -> bool:
+    """Whether the ``index``-th message of a response stream (0 = the first) has an ``HTTP/1.1`` or
+    ``HTTP/1.0`` status line with a 1xx-5xx code. ``status`` is the parser's (it also takes 000-999); ``raw``
+    holds the stream's bytes from its first one through that message's head. The messages before it are
+    interim heads, which have no body, so message ``index`` starts after ``index`` head terminators (and the
+    empty lines llhttp skips). The protocol and version are read from ``raw``: the parser reports ``RTSP/1.0``
+    and ``ICE/1.0`` as version 1.0, and takes ``HTTP/2.0`` and ``HTTP/0.9``.
+    """
+    if not 100 <= status <= 599:
+        return False
+    if index == 0 and raw.startswith(_HTTP1):
+        return True  # nearly every response
+    at = _past_empty_lines(raw, 0)
+    for _ in range(index):
+        end = raw.find(b"\r\n\r\n", at)
+        if end < 0:
+            return False
+        at = _past_empty_lines(raw, end + 4)
+    return raw.startswith(_HTTP1, at)
+
+
+_HTTP1 = (b"HTTP/1.1 ", b"HTTP/1.0 ")  # the only HTTP/1.x versions llhttp accepts
+
+
+def _past_empty_lines(raw: bytes, at: int) -> int:
+    """Where a message starts: llhttp skips any CR and LF before a status line."""
+    while raw[at : at + 1] in (b"\r", b"\n"):
+        at += 1
+    return at
+
+
+def interim_within_budget(count: int, head_bytes: int) -> bool:
+    """Whether ``count`` interim responses whose heads took ``head_bytes`` in all may still be relayed."""
+    return count <= INTERIM_MAX_COUNT and head_bytes <= INTERIM_MAX_BYTES
+
+
+def heads_within_budget(held: int, head_cap: int) -> bool:
+    """Whether ``held`` bytes of response heads, received before the final head is complete, are within
+    what the interim budget and one final head (``head_cap``, the response header caps) may take: a
+    head line that never ends is cut off here rather than buffered without end."""
+    return held <= INTERIM_MAX_BYTES + head_cap
 
 
 def without_content_length(headers: list[Header]) -> list[Header]:

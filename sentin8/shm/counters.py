@@ -107,6 +107,15 @@ NAMES: tuple[str, ...] = (
     "upstream_truncated",
     "upstream_unavailable",
     "websocket_bad_accept",  # a 101 without the Sec-WebSocket-Accept the client's key demands: 502
+    # the HTTP edge (issue 16)
+    "websocket_bad_upgrade",  # a 101 whose Upgrade is not exactly websocket, or without Connection: upgrade: 502
+    "upgrade_refused",  # 400: a WebSocket handshake without one valid key, or an upgrade with a body
+    "upgrade_ignored",  # an upgrade that is not a WebSocket handshake (h2c, HTTP/1.0, POST): served plainly
+    "acme_not_challenge",  # under /.well-known/acme-challenge/ but not what a CA sends: normal path (:80: 404)
+    "upstream_bad_status",  # a status line that is not HTTP/1.x with a 1xx-5xx code: 502
+    "upstream_interim_refused",  # interim (1xx) responses over their count or bytes: 502
+    "body_too_large",  # 413: a request body over limits.max_request_body_bytes (declared or streamed)
+    "chunk_size_invalid",  # 400: a chunk size over 2^63 - 1
     # WAF (issue 12): inspections, refusals, and matched CRS rules by family (sentin8.crs.FAMILIES)
     "waf_inspected",
     "waf_offloaded",

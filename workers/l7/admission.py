@@ -1,9 +1,13 @@
 """The admission steps of one request, in order (ARCHITECTURE.md §3 step 6): everything decided on the head
 alone before a byte goes upstream.
 
-    refused client (connection cap) -> in-flight cap (503) -> :80 only serves ACME (404) -> SNI present (421)
-    -> Host vs SNI (421) -> ACME challenge: to the acme service, untouched -> resolve Host (421)
+    refused client (connection cap) -> in-flight cap (503) -> :80 only serves ACME challenges (404)
+    -> SNI present (421) -> Host vs SNI (421) -> ACME challenge: to the acme service, untouched
+    -> resolve Host (421) -> declared body over limits.max_request_body_bytes (413)
     -> ctx.policy (429/403/...) -> header hygiene -> the upstream head
+
+What is an ACME challenge is ``sentin8/http/acme.py``'s decision (``head.acme``): only what a CA sends; the
+rest of ``/.well-known/acme-challenge/`` takes the normal path like any other request.
 
 A step that refuses answers through the exchange (``respond_error``: answer and close, ``respond_local``:
 answer, keep-alive allowed) and admission ends there. A new step goes here, its logic in ``sentin8/``.
@@ -13,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sentin8.http.acme import CHALLENGE, NOT_A_CHALLENGE
+from sentin8.http.body import body_over_limit
 from sentin8.http.framing import RequestHead, request_head
 from sentin8.http.headers import Header, forward_headers, passthrough_headers
 
@@ -21,8 +27,6 @@ from .contract import RequestInfo
 if TYPE_CHECKING:
     from .connection import L7Bridge
     from .exchange import Exchange
-
-ACME_PREFIX = b"/.well-known/acme-challenge/"
 
 
 def admit(ex: Exchange, bridge: L7Bridge, head: RequestHead) -> tuple[bytes, bytes, bool] | None:
@@ -37,7 +41,9 @@ def admit(ex: Exchange, bridge: L7Bridge, head: RequestHead) -> tuple[bytes, byt
         ctx.count("refused_inflight")
         ex.respond_local(503, [(b"Retry-After", b"1")], keep_alive=True)
         return None
-    is_acme = head.path.startswith(ACME_PREFIX)
+    is_acme = head.acme == CHALLENGE
+    if head.acme == NOT_A_CHALLENGE:
+        ctx.count("acme_not_challenge")  # no bypass: it goes on like any request (on :80, the 404 below)
     if bridge.acme_only and not is_acme:
         ex.respond_error(404)
         return None
@@ -61,7 +67,7 @@ def admit(ex: Exchange, bridge: L7Bridge, head: RequestHead) -> tuple[bytes, byt
         service = ctx.cfg.acme.service
         ex.routed(service, ctx.service_id(service), host)
         corr = b""
-        headers = passthrough_headers(head.headers, websocket=head.websocket)
+        headers = passthrough_headers(head.headers, http10=head.version == "1.0")
         ctx.count("acme_requests")
     else:
         route = ctx.resolve(host)
@@ -69,6 +75,10 @@ def admit(ex: Exchange, bridge: L7Bridge, head: RequestHead) -> tuple[bytes, byt
             ex.respond_error(421)
             return None
         ex.routed(route.service, route.sidx, host)
+        if head.content_length and body_over_limit(head.content_length, ctx.cfg.limits.max_request_body_bytes):
+            ctx.count("body_too_large")  # refused before a byte of the body is read (a streamed one: reader.py)
+            ex.respond_error(413)
+            return None
         verdict = ctx.policy(
             RequestInfo(head.method, head.target, head.path, host, bridge.client_ip, route, head.headers, bridge.scheme)
         )
@@ -88,6 +98,7 @@ def admit(ex: Exchange, bridge: L7Bridge, head: RequestHead) -> tuple[bytes, byt
             hostname=host,
             websocket=head.websocket,
             client_cert=bridge.client_cert_der(),
+            http10=head.version == "1.0",
         )
     if head.chunked:
         framing: Header | None = (b"Transfer-Encoding", b"chunked")

@@ -57,6 +57,8 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         self._raw_head_cap = 2 * cfg.policy.max_header_bytes + 16384
         self._header_timeout = cfg.limits.header_timeout_s
         self._idle_timeout = cfg.limits.idle_timeout_s
+        self._body_cap = cfg.limits.max_request_body_bytes
+        self._chunk_size = None  # a view of the parser's chunk size (reader.py), made at the first chunk
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
         self._req: Request | None = None  # the request whose head or body is being parsed
@@ -200,6 +202,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         self._upgrade_req = None
         # the parser holds our bound callbacks: without it, a closed connection is freed by refcount alone
         self._parser = _CLOSED_PARSER
+        self._chunk_size = None  # it viewed the old parser's memory
 
     def pause_writing(self) -> None:
         self._write_paused = True

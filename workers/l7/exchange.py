@@ -127,6 +127,7 @@ class Exchange(ResponseRelay):
         self.continue_sent = False  # we answered Expect: 100-continue ourselves
         self._waf: WafWait | None = None
         self.resp_parser: httptools.HttpResponseParser | None = None
+        self.resp_raw, self.interims, self.interim_bytes = b"", 0, 0  # the response's heads (relay.py)
         self._out: list[bytes] | None = None  # response bytes batched during one upstream read
         self._reset_response()
 
@@ -320,6 +321,10 @@ class Exchange(ResponseRelay):
             return
         if state is SENDING or state is AWAITING:
             self._to(RESPONSE_HEAD)
+            self.resp_raw = data  # where the status lines are checked (relay.py); no copy while one read holds it
+        elif state is RESPONSE_HEAD and not self._more_heads(data):  # interims, or a head spread over reads
+            self._upstream_failed()
+            return
         parser = self.resp_parser
         assert parser is not None
         self._out = []

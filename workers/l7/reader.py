@@ -1,7 +1,9 @@
 """The request half of a client connection: the httptools request callbacks. They cap the head (431/414),
 validate it (400 and the smuggling shapes, ``sentin8/http/framing.py``), queue a complete head, and hand body
 bytes to the request's exchange (or hold them until it has one). A malformed request stops the parser: it is
-answered in its turn, and the connection closes.
+answered in its turn, and the connection closes. The body is bounded here as it streams
+(``sentin8/http/body.py``): a chunk size that cannot be real (400), a body over
+``limits.max_request_body_bytes`` (413; a declared Content-Length is refused at admission).
 
 ``RequestReader`` is the base of ``L7Bridge`` (connection.py): one object per connection, this module the
 parser's side of it.
@@ -10,17 +12,22 @@ parser's side of it.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 
 import httptools
 
+from sentin8.http.body import body_over_limit, chunk_size_acceptable
 from sentin8.http.framing import HeaderBudget, HeadError, request_line_is_http, validate_request
+from sentin8.http.llhttp_private import chunk_size_view
 
 from . import deadline, flow
 from .contract import L7Context
 from .request import Request, Stop
 
 log = logging.getLogger("sentin8.l7")
+
+_NO_VIEW = ctypes.c_uint64(0)  # chunk sizes cannot be read (llhttp_private): every chunk looks small
 
 
 class RequestReader:
@@ -39,6 +46,8 @@ class RequestReader:
     _progress: bool
     _completed_in_feed: bool
     _deadline: deadline.Deadline
+    _body_cap: int  # limits.max_request_body_bytes (0 = none)
+    _chunk_size: ctypes.c_uint64 | None  # the parser's current chunk size, looked up at the first chunk
 
     def _enqueue(self, req: Request) -> None:
         raise NotImplementedError
@@ -94,27 +103,49 @@ class RequestReader:
         if not request_line_is_http(raw[0] if len(raw) == 1 else b"".join(raw), p.get_method(), req.url):
             self._reject(400)  # RTSP/1.x or ICE/1.0: llhttp reports them as HTTP versions, but they are not HTTP
             raise Stop
+        upgrade = p.should_upgrade()
         try:
-            req.head = validate_request(
-                p.get_method(),
-                req.url,
-                version,
-                req.headers,
-                keep_alive=p.should_keep_alive(),
-                upgrade=p.should_upgrade(),
+            req.head = head = validate_request(
+                p.get_method(), req.url, version, req.headers, keep_alive=p.should_keep_alive(), upgrade=upgrade
             )
         except HeadError as exc:
+            if exc.counter:
+                self.ctx.count(exc.counter)
             self._reject(exc.status)
             raise Stop from None
         self._deadline.disarm_if(deadline.HEADER)
-        if req.head.websocket:
+        if head.websocket:
             self._upgrade_req = req  # bytes after this head belong to the websocket, not to HTTP
+        elif upgrade:
+            self.ctx.count("upgrade_ignored")  # h2c, HTTP/1.0, not GET...: a plain request, Upgrade stripped
         self._enqueue(req)
+
+    def on_chunk_header(self) -> None:
+        view = self._chunk_size
+        if view is None:
+            view = self._chunk_size = chunk_size_view(self._parser) or _NO_VIEW
+        size = view.value
+        if not chunk_size_acceptable(size):
+            self.ctx.count("chunk_size_invalid")
+            self._body_failed(400)
+            raise Stop
+        req = self._req
+        # The chunk would take the body over the cap: refused now, not after streaming up to the cap.
+        if req is not None and body_over_limit(req.received + size, self._body_cap):
+            self.ctx.count("body_too_large")
+            self._body_failed(413)
+            raise Stop
 
     def on_body(self, body: bytes) -> None:
         self._progress = True
         req = self._req
         assert req is not None
+        if self._body_cap:
+            req.received += len(body)
+            if body_over_limit(req.received, self._body_cap):
+                self.ctx.count("body_too_large")
+                self._body_failed(413)
+                raise Stop
         ex = req.exchange
         if ex is not None:
             ex.client_body(body)
@@ -145,7 +176,7 @@ class RequestReader:
         self._enqueue(req)
 
     def _body_failed(self, status: int) -> None:
-        """The body of a request whose head was accepted turned out malformed."""
+        """The body of a request whose head was accepted turned out malformed (400) or too large (413)."""
         req = self._req
         self._req = None
         self._read.pause(flow.STOPPED)

@@ -2,6 +2,11 @@
 re-framed for the client (``sentin8/http/response.py`` decides the framing), and written in as few writes as
 one upstream read allows, none over ``CHUNK`` bytes (one TLS record each).
 
+Every status line must be HTTP/1.x with a 1xx-5xx code, interim (1xx) responses stay within their budget,
+and a 101 must prove the WebSocket switch (``sentin8/http/response.py``, ``websocket.py``); else 502. Interim
+responses reach an HTTP/1.1 client without framing headers; no response carries ``X-Sentin8-*``
+(``response_headers``).
+
 ``ResponseRelay`` is the base of ``Exchange`` (one object per request, as in uvicorn's cycle): this module
 holds the parser callbacks, ``exchange.py`` what happens around them. The callbacks move the exchange's state
 (``state.py``) from RESPONSE_HEAD to STREAMING, UPGRADING or RECEIVED, nothing else.
@@ -13,16 +18,20 @@ from typing import TYPE_CHECKING
 
 import httptools
 
-from sentin8.http.framing import HeaderBudget, response_head, websocket_accept
+from sentin8.http.framing import HeaderBudget, response_head
 from sentin8.http.headers import Header, response_headers
 from sentin8.http.response import (
     LAST_CHUNK,
     coalesce,
     encode_chunks,
+    heads_within_budget,
+    interim_within_budget,
     response_framing,
     split,
+    status_line_acceptable,
     without_content_length,
 )
+from sentin8.http.websocket import switch_refusal
 
 from .request import Request, Stop
 from .state import RECEIVED, RESPONSE_HEAD, STREAMING, UPGRADING, ExchangeState
@@ -34,7 +43,7 @@ CHUNK = 16 * 1024  # response pieces written to the client (one TLS record each)
 
 
 class ResponseRelay:
-    __slots__ = ()
+    __slots__ = ("interim_bytes", "interims", "resp_raw")  # set by Exchange.__init__
 
     # Provided by Exchange (its slots).
     bridge: L7Bridge
@@ -55,6 +64,12 @@ class ResponseRelay:
     resp_reason: bytes
     _out: list[bytes] | None
 
+    # Own fields: the response's bytes until its final head is complete (from exchange.upstream_data), the
+    # interim (1xx) responses so far and the bytes of their heads.
+    resp_raw: bytes
+    interims: int
+    interim_bytes: int
+
     def _to(self, state: ExchangeState) -> None:
         raise NotImplementedError
 
@@ -67,6 +82,15 @@ class ResponseRelay:
         self.close_delimited = False
         cfg = self.bridge.ctx.cfg.policy
         self.resp_budget = HeaderBudget(cfg.max_headers * 2, cfg.max_header_bytes * 2)
+
+    def _more_heads(self, data: bytes) -> bool:
+        """More response bytes before the final head is complete: kept for the status-line check, within
+        the heads' budget (False: over it, counted; the caller answers 502)."""
+        if not heads_within_budget(len(self.resp_raw), self.resp_budget.max_size):
+            self.bridge.ctx.count("upstream_interim_refused")
+            return False
+        self.resp_raw += data
+        return True
 
     # -- httptools response callbacks ------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -90,21 +114,31 @@ class ResponseRelay:
         status = parser.get_status_code()
         req_head = self.req.head
         assert req_head is not None
-        if status < 200:
-            if status == 101:
-                if not req_head.websocket:
-                    raise Stop  # a 101 nobody asked for: a broken backend
-                if not self._accept_matches(req_head.websocket_key):
-                    # No proof the backend speaks WebSocket (RFC 6455 §4.2.2): opening the tunnel anyway is how
-                    # a client smuggles raw HTTP past the proxy's framing (WebSocket smuggling). 502.
-                    self.bridge.ctx.count("websocket_bad_accept")
-                    raise Stop
-                self._to(UPGRADING)
-                return
+        if not status_line_acceptable(self.resp_raw, self.interims, status):
+            self.bridge.ctx.count("upstream_bad_status")  # HTTP/2.0, RTSP/1.0, 999, 099...: 502
+            raise Stop
+        if status < 200 and status != 101:
+            self.interims += 1
+            self.interim_bytes += 15 + len(self.resp_reason) + self.resp_budget.size  # status line + header lines
+            if not interim_within_budget(self.interims, self.interim_bytes):
+                self.bridge.ctx.count("upstream_interim_refused")
+                raise Stop
             if status == 100 and self.continue_sent:
                 return  # the client has had its 100 Continue from us (the WAF asked for the body)
-            if req_head.version == "1.1":
-                self._emit(response_head(status, self.resp_reason, response_headers(self.resp_headers)))
+            if req_head.version == "1.1":  # never a 1xx to an HTTP/1.0 client (RFC 9110 §15.2)
+                self._emit(response_head(status, self.resp_reason, response_headers(self.resp_headers, interim=True)))
+            return
+        self.resp_raw = b""  # the last head: no status line is left to check, nothing held for a tunnel's life
+        if status == 101:
+            if not req_head.websocket:
+                raise Stop  # a 101 nobody asked for: a broken backend
+            refusal = switch_refusal(self.resp_headers, req_head.websocket_key)
+            if refusal is not None:
+                # No proof the backend speaks WebSocket (RFC 6455 §4.1): opening the tunnel anyway is how a
+                # client smuggles raw HTTP past the proxy's framing (WebSocket smuggling). 502.
+                self.bridge.ctx.count(refusal)
+                raise Stop
+            self._to(UPGRADING)
             return
         self.status = status
         self.resp_keep_alive = parser.should_keep_alive()
@@ -129,10 +163,6 @@ class ResponseRelay:
         if self.head_only:
             self._to(RECEIVED)
             raise Stop  # httptools cannot be told a HEAD response has no body
-
-    def _accept_matches(self, key: bytes) -> bool:
-        accepts = [v for n, v in self.resp_headers if len(n) == 20 and n.lower() == b"sec-websocket-accept"]
-        return len(accepts) == 1 and accepts[0].strip(b" \t") == websocket_accept(key)
 
     def on_body(self, body: bytes) -> None:
         self.resp_body_bytes += len(body)

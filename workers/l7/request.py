@@ -27,6 +27,7 @@ class Request:
         "head",
         "headers",
         "line_raw",
+        "received",
         "reject",
         "t0",
         "trailer_bytes",
@@ -43,6 +44,7 @@ class Request:
         self.reject = 0  # a status to answer instead of forwarding
         self.body: list[bytes] = []  # body bytes not yet handed to an upstream connection
         self.buffered = 0
+        self.received = 0  # body bytes received so far (counted only under limits.max_request_body_bytes)
         self.upgrade_data: list[bytes] = []  # websocket bytes that arrived before the 101
         self.complete = False
         self.counted = False  # inflight(+1) done; the -1 must follow exactly once
@@ -61,10 +63,3 @@ class Request:
         held, self.upgrade_data = self.upgrade_data, []
         self.buffered = 0
         return held
-
-
-def expects_continue(headers: list[Header]) -> bool:
-    for name, value in headers:
-        if len(name) == 6 and name.lower() == b"expect" and value.strip(b" \t").lower() == b"100-continue":
-            return True
-    return False

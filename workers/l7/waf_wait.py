@@ -19,7 +19,6 @@ from sentin8.http.framing import REASONS
 from sentin8.waf import WafEngine, WafRequest, WafVerdict
 from workers.waf_gate import WafGate
 
-from .request import expects_continue
 from .state import ROUTING, VERDICT
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ class WafWait:
             return
         self.engine = engine
         ex.await_body(s.body_max)
-        if not req.complete and head.has_body and head.version == "1.1" and expects_continue(head.headers):
+        if not req.complete and head.has_body and head.expect_continue:  # never on HTTP/1.0 (framing.py)
             # The WAF needs the body before anything goes upstream, so the backend cannot say 100 Continue:
             # we do, or the client would wait for it (curl: 1 s) before sending the body we wait for.
             ex.send_continue()

@@ -1,0 +1,102 @@
+"""Read the size of the chunk llhttp has just parsed: httptools reports ``on_chunk_header`` but not the size.
+
+llhttp keeps a chunk's declared size in its parser struct (``llhttp_t.content_length``, set when the size
+line is complete, before ``on_chunk_header`` runs) and accepts any size up to 2^64 - 1. To refuse sizes that
+cannot be real (``sentin8/http/body.py``) the bridge reads that field: httptools' ``HttpParser`` object holds
+the ``llhttp_t *`` as its first C field (after the object header and Cython's vtable pointer, parser.pyx),
+and the struct's layout is llhttp's (httptools' ``cparser.pxd``), mirrored below.
+
+Safety, as in ``sentin8/openssl_private.py``: nothing is trusted unchecked. Once per process a probe parser
+is fed a chunk of a known size; the pointer must lead to a struct whose ``data`` field points back at the
+parser object (httptools stores ``self`` there) and whose ``content_length`` reads the size that was sent.
+Every parser is checked again (its ``data`` back-pointer) before its view is handed out. A mismatch (another
+httptools layout) makes ``chunk_size_view`` return None: the caller then cannot see chunk sizes, says so once
+(``chunk_sizes_unchecked`` event) and still bounds bodies by the bytes streamed. httptools is pinned exactly
+(pyproject.toml), and ``tests/test_http_body.py`` fails if the probe does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+import httptools
+
+from sentin8.eventlog import event
+
+
+class _Llhttp(ctypes.Structure):
+    """The head of ``llhttp__internal_s`` (httptools/parser/cparser.pxd), up to the fields read here."""
+
+    _fields_ = [
+        ("_index", ctypes.c_int32),
+        ("_span_pos0", ctypes.c_void_p),
+        ("_span_cb0", ctypes.c_void_p),
+        ("error", ctypes.c_int32),
+        ("reason", ctypes.c_void_p),
+        ("error_pos", ctypes.c_void_p),
+        ("data", ctypes.c_void_p),
+        ("_current", ctypes.c_void_p),
+        ("content_length", ctypes.c_uint64),
+        ("type", ctypes.c_uint8),
+    ]
+
+
+_POINTER = ctypes.sizeof(ctypes.c_void_p)
+_CPARSER_AT = 3 * _POINTER  # ob_refcnt, ob_type, __pyx_vtab, then HttpParser._cparser
+_DATA_AT = _Llhttp.data.offset
+_LENGTH_AT = _Llhttp.content_length.offset
+_PROBE_SIZE = 0x7EDCBA9876543210  # a size no other field could hold by chance
+
+
+def _struct_of(parser: httptools.HttpRequestParser) -> int | None:
+    """The address of ``parser``'s llhttp_t, when its ``data`` field points back at ``parser``."""
+    if not isinstance(parser, httptools.HttpRequestParser) or type(parser).__basicsize__ < _CPARSER_AT + _POINTER:
+        return None
+    address = ctypes.c_void_p.from_address(id(parser) + _CPARSER_AT).value
+    if not address or address % _POINTER:
+        return None
+    if ctypes.c_void_p.from_address(address + _DATA_AT).value != id(parser):
+        return None
+    return address
+
+
+class _Probe:
+    __slots__ = ("parser", "seen")
+
+    def __init__(self) -> None:
+        self.seen: int | None = None
+        self.parser = httptools.HttpRequestParser(self)
+
+    def on_chunk_header(self) -> None:
+        address = _struct_of(self.parser)
+        self.seen = None if address is None else ctypes.c_uint64.from_address(address + _LENGTH_AT).value
+
+
+@cache
+def layout_verified() -> bool:
+    """Whether this httptools build keeps the layout read here (checked once per process)."""
+    probe = _Probe()
+    try:
+        probe.parser.feed_data(
+            b"POST / HTTP/1.1\r\nHost: probe\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n" % _PROBE_SIZE
+        )
+    except httptools.HttpParserError:
+        probe.seen = None
+    finally:
+        probe.parser = None  # type: ignore[assignment]  # the parser holds the probe's bound callback
+    if probe.seen != _PROBE_SIZE:
+        event("chunk_sizes_unchecked", "warning", httptools=httptools.__version__, read=probe.seen)
+        return False
+    return True
+
+
+def chunk_size_view(parser: httptools.HttpRequestParser) -> ctypes.c_uint64 | None:
+    """A live view of ``parser``'s current chunk size (read ``.value`` inside ``on_chunk_header``), or None
+    when the layout cannot be verified. Valid while ``parser`` lives: drop it with the parser."""
+    if not layout_verified():
+        return None
+    address = _struct_of(parser)
+    if address is None:
+        return None
+    return ctypes.c_uint64.from_address(address + _LENGTH_AT)
