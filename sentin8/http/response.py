@@ -14,11 +14,14 @@ removed). What goes back to the client is framed again here, by one rule (RFC 91
 The client connection closes after the response when the proxy drains, the client asked (``Connection:
 close``, HTTP/1.0 without keep-alive), the request was a WebSocket upgrade refused by the backend, or the body
 is close-delimited towards the client. ``tests/test_http_response.py`` pins each case byte for byte.
+
+An HTTP/2 client (``version`` ``H2_VERSION``) gets DATA frames, never chunk encoding, and its connection
+outlives every response: the stream ends, and closing (drain included) is the connection's GOAWAY.
 """
 
 from __future__ import annotations
 
-from .framing import Header, HeadError
+from .framing import H2_VERSION, Header, HeadError
 
 LAST_CHUNK = b"0\r\n\r\n"
 CRLF = b"\r\n"
@@ -80,7 +83,10 @@ def response_framing(
     if not (head_only or status == 204 or status == 304) and (chunked_in or not has_length):
         close_delimited = not chunked_in
         chunked_out = version == "1.1"
-    close = draining or not keep_alive or version != "1.1" or websocket or (close_delimited and not chunked_out)
+    if version == H2_VERSION:
+        close = False  # a stream ends with END_STREAM; the connection is closed by its own GOAWAY
+    else:
+        close = draining or not keep_alive or version != "1.1" or websocket or (close_delimited and not chunked_out)
     return _FRAMINGS[chunked_out, close_delimited, close, chunked_in and has_length]
 
 
