@@ -86,8 +86,9 @@ _SPECIAL = frozenset({b"cookie", b"host", b"content-length", b"te"}) | CONNECTIO
 _VALUE_CTL = bytes(c for c in range(32) if c not in (9, 10)) + b"\x7f"  # HTAB allowed; LF is the joiner
 _TAB_TO_SP = bytes.maketrans(b"\t", b" ")
 _METHOD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-# origin-form: visible ASCII only, so the upstream request line can never be split or extended
-_PATH = re.compile(rb"/[\x21-\x7e]*")
+# origin-form ("/" first), visible ASCII only, so the upstream request line can never be split or extended
+_VISIBLE_ASCII = bytes(range(0x21, 0x7F))
+_COMMON_METHODS = frozenset({b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH"})
 _DIGITS = re.compile(rb"[0-9]{1,18}")
 
 
@@ -131,6 +132,20 @@ def _authority_key(value: bytes) -> tuple[str, int] | None:
     tail = value[value.rfind(b"]") + 1 :]  # past an IP literal's colons
     colon = tail.rfind(b":")
     return host, int(tail[colon + 1 :]) if colon >= 0 else 443  # split_host let only digits follow a colon
+
+
+def _join_cookies(out: list[Header], names: list[bytes]) -> None:
+    """RFC 9113 §8.2.3: the crumbs become one field, joined with "; ", at the first crumb's place."""
+    at = j = names.index(b"cookie")
+    crumbs = [out[at][1]]
+    drop = []
+    for _ in range(names.count(b"cookie") - 1):
+        j = names.index(b"cookie", j + 1)
+        crumbs.append(out[j][1])
+        drop.append(j)
+    for j in reversed(drop):
+        del out[j], names[j]
+    out[at] = (b"cookie", b"; ".join(crumbs))
 
 
 def map_request(
@@ -179,7 +194,7 @@ def map_request(
     out = list(fields[i:]) if i else list(fields)
     names = [f[0] for f in out]
     joined = b"\n".join(names)
-    if b":" in joined:
+    if b":" in joined:  # kept even when the engine checks: a pseudo-header must never go upstream as a field
         for name in names:
             if name[:1] == b":":
                 raise H2Refusal("h2_pseudo_after_regular")
@@ -212,21 +227,18 @@ def map_request(
             host_value = out[at][1]
             del out[at], names[at]  # one Host upstream: the one from :authority, first
         if b"cookie" in special and names.count(b"cookie") > 1:
-            at = names.index(b"cookie")
-            crumbs = b"; ".join([v for name, v in out if name == b"cookie"])
-            out = [f for f in out if f[0] != b"cookie"]
-            out.insert(at, (b"cookie", crumbs))  # RFC 9113 §8.2.3: one field, at the first crumb's place
+            _join_cookies(out, names)
     if method is None:
         raise H2Refusal("h2_pseudo_missing")
     if method == b"CONNECT":
         raise H2Refusal("h2_connect", 405)  # as h1 answers CONNECT (RFC 9113 §8.5 needs no :scheme/:path)
-    if _METHOD.fullmatch(method) is None:
+    if method not in _COMMON_METHODS and _METHOD.fullmatch(method) is None:
         raise H2Refusal("h2_bad_method")
     if scheme is None or path is None:
         raise H2Refusal("h2_pseudo_missing")
     if not path:
         raise H2Refusal("h2_empty_path")  # RFC 9113 §8.3.1: "MUST NOT be empty"
-    if _PATH.fullmatch(path) is None and (path != b"*" or method != b"OPTIONS"):
+    if (path[0] != 47 or path.translate(None, _VISIBLE_ASCII)) and (path != b"*" or method != b"OPTIONS"):
         raise H2Refusal("h2_bad_path", 400)
     if scheme != b"https" and scheme.lower() != b"https":
         raise H2Refusal("h2_scheme_not_https", 400)
