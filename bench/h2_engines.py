@@ -109,14 +109,15 @@ def ngh2_server() -> Server:
     return conn.data_to_send(), feed
 
 
-def adapter_server() -> Server:
+def adapter_server(mapping: bool = True) -> Server:
     conn = ServerConnection(H2Limits())
 
     def feed(data: bytes) -> bytes:
         for ev in conn.receive(data):
             if type(ev) is RequestHeaders:
                 sid = ev.stream_id
-                map_request(ev.fields, ev.end_stream, max_headers=100, fields_checked=FIELDS_CHECKED)
+                if mapping:
+                    map_request(ev.fields, ev.end_stream, max_headers=100, fields_checked=FIELDS_CHECKED)
                 conn.send_head(sid, 200, RESPONSE)
                 conn.send_data(sid, BODY, end_stream=True)
         return conn.data_to_send()
@@ -124,10 +125,12 @@ def adapter_server() -> Server:
     return conn.data_to_send(), feed
 
 
-ENGINES: dict[str, Callable[[], Server]] = {
-    f"python-hyper h2 {h2.__version__}": h2_server,
-    f"ngh2 {ngh2.__version__}": ngh2_server,
-    f"sentin8 adapter (ngh2 {ngh2.__version__}) + map_request": adapter_server,
+# key -> (label, server factory)
+ENGINES: dict[str, tuple[str, Callable[[], Server]]] = {
+    "h2": (f"python-hyper h2 {h2.__version__}", h2_server),
+    "ngh2": (f"ngh2 {ngh2.__version__}", ngh2_server),
+    "adapter": (f"sentin8 adapter (ngh2 {ngh2.__version__}) + map_request", adapter_server),
+    "adapter_alone": (f"sentin8 adapter (ngh2 {ngh2.__version__}) alone", lambda: adapter_server(mapping=False)),
 }
 
 
@@ -162,9 +165,13 @@ def replay_us(make: Callable[[], Server], chunks: list[bytes], requests: int) ->
     return (time.process_time() - t0) * 1e6 / requests
 
 
-def measure(requests: int, repeat: int, batches: Iterable[int] = (1, 10)) -> list[tuple[str, dict[int, float]]]:
+def measure(
+    requests: int, repeat: int, batches: Iterable[int] = (1, 10), only: list[str] | None = None
+) -> list[tuple[str, dict[int, float]]]:
     rows = []
-    for name, make in ENGINES.items():
+    for key, (name, make) in ENGINES.items():
+        if only and key not in only:
+            continue
         cells = {}
         for batch in batches:
             chunks = record(make, requests, batch)
@@ -217,10 +224,18 @@ def claims() -> list[tuple[str, str, str]]:
     rows.append(
         ("malformed request (uppercase name), then a good one", f"{raised}: {_frames(out)}", _frames(_ngh2_raw(bad)))
     )
-    r = RawFrames()
-    over = F.preface() + b"".join(r.headers(1 + 2 * i, end_stream=False) for i in range(101))
-    raised, out = _h2_raw(over)
-    rows.append(("101 open streams, limit 100", f"{raised}: {_frames(out)}", _frames(_ngh2_raw(over))))
+    for acked in (False, True):
+        r = RawFrames()
+        over = F.preface(ack=acked) + b"".join(r.headers(1 + 2 * i, end_stream=False) for i in range(101))
+        raised, out = _h2_raw(over)
+        when = "after" if acked else "before"
+        rows.append(
+            (
+                f"101 open streams, limit 100, {when} the client ACKs it",
+                f"{raised}: {_frames(out)}",
+                _frames(_ngh2_raw(over)),
+            )
+        )
     r = RawFrames()
     resets = F.preface() + b"".join(r.headers(1 + 2 * i, end_stream=False) + F.rst(1 + 2 * i) for i in range(10_000))
     raised, out = _h2_raw(resets)
@@ -244,9 +259,9 @@ def claims() -> list[tuple[str, str, str]]:
     rows.append(
         ("5,000 one-byte header references", f"{raised or 'accepted'}: {_frames(out)}", _frames(_ngh2_raw(bomb)))
     )
-    prio = F.preface() + b"".join(F.priority(1 + 2 * (i % 500), 0) for i in range(5000))
+    prio = F.preface() + b"".join(F.priority(1 + 2 * (i % 500), 0) for i in range(20_000))
     raised, out = _h2_raw(prio)
-    rows.append(("5,000 PRIORITY frames", f"{raised or 'no error'}: {_frames(out)}", _frames(_ngh2_raw(prio))))
+    rows.append(("20,000 PRIORITY frames", f"{raised or 'no error'}: {_frames(out)}", _frames(_ngh2_raw(prio))))
     return rows
 
 
@@ -458,10 +473,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--engines", default="", help=f"comma-separated, of {','.join(ENGINES)} (default: all)")
     a = ap.parse_args()
     print(f"### CPU-µs per request, server side ({a.requests} requests, median of {a.repeat})\n")
     print("| engine | 1 stream at a time | 10 concurrent streams |\n|---|---|---|")
-    for name, cells in measure(a.requests, a.repeat):
+    for name, cells in measure(a.requests, a.repeat, only=[e for e in a.engines.split(",") if e]):
         print(f"| {name} | {cells[1]:.1f} | {cells[10]:.1f} |")
     print("\n### Behaviour\n\n| input | python-hyper h2 | ngh2 |\n|---|---|---|")
     for claim, a_h2, a_ngh2 in claims():

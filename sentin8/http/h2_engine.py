@@ -254,6 +254,20 @@ _REQ_DONE = 1  # END_STREAM (or trailers) received
 _RESP_DONE = 2  # our END_STREAM queued
 _RESET = 4  # reset by either side: the engine's close event is not news
 
+# the engine's event types, bound once (the dispatch in _translate runs per event)
+_E_DataReceived = ngh2.DataReceived
+_E_RequestReceived = ngh2.RequestReceived
+_E_StreamClosed = ngh2.StreamClosed
+_E_StreamReset = ngh2.StreamReset
+_E_TrailersReceived = ngh2.TrailersReceived
+_E_WindowUpdated = ngh2.WindowUpdated
+_E_SettingsReceived = ngh2.SettingsReceived
+_E_PingReceived = ngh2.PingReceived
+_E_PriorityUpdateReceived = ngh2.PriorityUpdateReceived
+_E_PingAcknowledged = ngh2.PingAcknowledged
+_E_GoAwayReceived = ngh2.GoAwayReceived
+_E_ConnectionClosed = ngh2.ConnectionClosed
+
 # the engine's stream-scoped "this stream is gone" errors, and its "the connection is going" ones
 _GONE = (ngh2.StreamProtocolError, ngh2.ConnectionStateError, ngh2.ConnectionClosingError)
 
@@ -383,7 +397,7 @@ class ServerConnection:
         streams = self._streams
         for ev in raw:
             t = type(ev)
-            if t is ngh2.DataReceived:
+            if t is _E_DataReceived:
                 sid = ev.stream_id  # type: ignore[attr-defined]
                 data = ev.data  # type: ignore[attr-defined]
                 self.payload += len(data)
@@ -397,14 +411,14 @@ class ServerConnection:
                 if data:
                     self._unconsumed[sid] = self._unconsumed.get(sid, 0) + len(data)
                 out.append(RequestData(sid, data, ev.end_stream))  # type: ignore[attr-defined]
-            elif t is ngh2.RequestReceived:
+            elif t is _E_RequestReceived:
                 sid = ev.stream_id  # type: ignore[attr-defined]
                 end = ev.end_stream  # type: ignore[attr-defined]
                 streams[sid] = _REQ_DONE if end else 0
                 if sid > self.last_stream_id:
                     self.last_stream_id = sid
                 out.append(RequestHeaders(sid, ev.headers, end))  # type: ignore[attr-defined]
-            elif t is ngh2.StreamClosed:
+            elif t is _E_StreamClosed:
                 sid = ev.stream_id  # type: ignore[attr-defined]
                 code = ev.error_code  # type: ignore[attr-defined]
                 flags = streams.pop(sid, None)
@@ -416,34 +430,34 @@ class ServerConnection:
                         out.append(StreamRefused(sid, code, "h2_malformed"))
                 elif not flags & _RESET and (code or ev.local_error is not None):  # type: ignore[attr-defined]
                     out.append(StreamReset(sid, code or INTERNAL_ERROR, False))
-            elif t is ngh2.StreamReset:
+            elif t is _E_StreamReset:
                 sid = ev.stream_id  # type: ignore[attr-defined]
                 flags = streams.get(sid)
                 if flags is not None and not flags & _RESET:
                     streams[sid] = flags | _RESET
                     out.append(StreamReset(sid, ev.error_code, True))  # type: ignore[attr-defined]
-            elif t is ngh2.TrailersReceived:
+            elif t is _E_TrailersReceived:
                 sid = ev.stream_id  # type: ignore[attr-defined]
                 flags = streams.get(sid, _RESET)
                 if not flags & (_RESP_DONE | _RESET):
                     streams[sid] = flags | _REQ_DONE
                     out.append(RequestTrailers(sid, ev.headers))  # type: ignore[attr-defined]
-            elif t is ngh2.WindowUpdated:
+            elif t is _E_WindowUpdated:
                 self.control += 1
                 self._opened.add(ev.stream_id)  # type: ignore[attr-defined]
-            elif t is ngh2.SettingsReceived:
+            elif t is _E_SettingsReceived:
                 self.control += 1
                 if ngh2.Setting.INITIAL_WINDOW_SIZE in ev.settings:  # type: ignore[attr-defined]
                     self._opened.add(0)  # every stream's window moved
-            elif t is ngh2.PingReceived or t is ngh2.PriorityUpdateReceived:
+            elif t is _E_PingReceived or t is _E_PriorityUpdateReceived:
                 self.control += 1
-            elif t is ngh2.PingAcknowledged:
+            elif t is _E_PingAcknowledged:
                 if self._drain == 1 and ev.opaque_data == _DRAIN_PING:  # type: ignore[attr-defined]
                     out.append(GoAwaySent(self.finish_drain()))
-            elif t is ngh2.GoAwayReceived:
+            elif t is _E_GoAwayReceived:
                 self._peer_goaway = ev.error_code  # type: ignore[attr-defined]
                 out.append(GoAwayReceived(ev.last_stream_id, ev.error_code))  # type: ignore[attr-defined]
-            elif t is ngh2.ConnectionClosed and self.ended is None:
+            elif t is _E_ConnectionClosed and self.ended is None:
                 code = ev.error_code  # type: ignore[attr-defined]
                 if code == NO_ERROR:
                     reason = ""
