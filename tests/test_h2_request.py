@@ -541,3 +541,67 @@ def test_fuzz_raw_bytes_never_crash(fields):
         _safe_to_forward(map_request([*PSEUDO, *fields], False, max_headers=50))
     except H2Refusal as exc:
         assert exc.reason in REASONS
+
+
+# -- the shared steps that follow: hygiene and the WAF see what h1 shows them -------------------------------
+
+
+def test_hygiene_on_an_h2_head_strips_every_reserved_name_and_injects_once():
+    from sentin8.http.headers import RESERVED_NAMES, forward_headers
+    from sentin8.routing import Route
+
+    spoof = [(n.lower(), b"spoofed") for n in RESERVED_NAMES] + [(b"x_sentin8_env_id", b"spoofed")]
+    head = ok([*PSEUDO, *spoof, (b"x-forwarded-for", b"1.2.3.4"), (b"cookie", b"a=1"), (b"cookie", b"b=2")])
+    route = Route(hostname="www.example.com", service="web", env_id="env-1", app_id="app-1", org_id="org-1")
+    out, _corr = forward_headers(
+        head.headers, route, client_ip="198.18.0.2", proto="https", host=head.authority, hostname=head.host
+    )
+    lowered = [(n.lower(), v) for n, v in out]
+    assert not any(v == b"spoofed" for _, v in lowered)
+    for name in (b"x-sentin8-env-id", b"x-sentin8-service", b"x-forwarded-for", b"x-forwarded-host"):
+        assert [n for n, _ in lowered].count(name) == 1
+    assert (b"x-forwarded-for", b"198.18.0.2") in lowered
+    assert [n for n, _ in lowered].count(b"host") == 1 and (b"cookie", b"a=1; b=2") in lowered
+
+
+@pytest.fixture(scope="module")
+def waf():
+    from sentin8.waf import WafEngine, WafSettings
+
+    return WafEngine(WafSettings())
+
+
+def _waf_request(head: RequestHead, body: bytes = b""):
+    from sentin8.waf import WafRequest
+
+    return WafRequest(head.method, head.target, head.version, head.headers, head.host, "198.18.0.2", body=body)
+
+
+def test_the_waf_accepts_version_2_and_a_bodyless_length_free_post(waf):
+    """CRS knows HTTP/2 (920430 allowed versions; 920180 exempts h2 POSTs without Content-Length)."""
+    get = ok([*PSEUDO, (b"user-agent", b"Mozilla/5.0"), (b"accept", b"*/*"), (b"cookie", b"a=1")])
+    assert not waf.inspect(_waf_request(get)).blocked
+    post = ok(
+        [
+            *with_pseudo(b":method", b"POST"),
+            (b"user-agent", b"Mozilla/5.0"),
+            (b"accept", b"*/*"),
+            (b"content-type", b"application/x-www-form-urlencoded"),
+        ],
+        end_stream=False,
+    )
+    assert post.chunked and post.content_length is None
+    assert not waf.inspect(_waf_request(post, b"name=alice")).blocked
+
+
+def test_an_attack_in_the_last_cookie_crumb_reaches_the_waf_in_the_one_joined_cookie(waf):
+    crumbs = [
+        (b"cookie", b"_ga=GA1.1.1"),
+        (b"cookie", b"theme=dark"),
+        (b"cookie", b"id=1' UNION SELECT password FROM users--"),
+    ]
+    head = ok([*PSEUDO, (b"user-agent", b"Mozilla/5.0"), (b"accept", b"*/*"), *crumbs])
+    cookies = [v for n, v in head.headers if n == b"cookie"]
+    assert cookies == [b"_ga=GA1.1.1; theme=dark; id=1' UNION SELECT password FROM users--"]
+    verdict = waf.inspect(_waf_request(head))
+    assert verdict.blocked and "sqli" in verdict.families
