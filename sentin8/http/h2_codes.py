@@ -44,3 +44,12 @@ def error_name(code: int) -> str:
 
 
 MAX_STREAM_ID = (1 << 31) - 1  # the first GOAWAY of a graceful drain names it (RFC 9113 §6.8)
+
+
+def goaway_frame(last_stream_id: int, error_code: int) -> bytes:
+    """A GOAWAY frame (RFC 9113 §6.8), built by hand for when the engine has no session left to write one."""
+    return (
+        b"\x00\x00\x08\x07\x00\x00\x00\x00\x00"
+        + (last_stream_id & MAX_STREAM_ID).to_bytes(4, "big")
+        + error_code.to_bytes(4, "big")
+    )

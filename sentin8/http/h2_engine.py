@@ -31,201 +31,32 @@ import ngh2
 from .h2_codes import (
     ENHANCE_YOUR_CALM,
     INTERNAL_ERROR,
-    MAX_STREAM_ID,
     NO_ERROR,
     PROTOCOL_ERROR,
     REFUSED_STREAM,
     error_name,
+    goaway_frame,
 )
-
-Header = tuple[bytes, bytes]
+from .h2_events import (
+    REASONS,
+    ConnectionEnded,
+    Event,
+    GoAwayReceived,
+    GoAwaySent,
+    Header,
+    RequestData,
+    RequestHeaders,
+    RequestTrailers,
+    StreamRefused,
+    StreamReset,
+    WindowOpened,
+)
+from .h2_limits import H2Limits
 
 # The engine refuses every field name and value that RFC 9113 §8.2.1 forbids, exactly as
 # ``h2_request.map_request`` would (pinned by tests/test_h2_engine.py): the mapping may skip those checks.
 FIELDS_CHECKED = True
 
-
-class H2Limits:
-    """The §3 defaults of issue 17; ``from_policy`` binds the header caps to ``[policy]``."""
-
-    __slots__ = (
-        "connection_window",
-        "glitch_rate",
-        "header_table",
-        "initial_window",
-        "max_concurrent_streams",
-        "max_continuations",
-        "max_frame",
-        "max_header_fields",
-        "max_header_list_bytes",
-        "max_queued_acks",
-        "reset_rate",
-    )
-
-    def __init__(
-        self,
-        *,
-        max_concurrent_streams: int = 100,
-        initial_window: int = 65536,
-        connection_window: int = 1 << 20,
-        header_table: int = 4096,
-        max_frame: int = 16384,
-        max_continuations: int = 8,
-        max_header_list_bytes: int = 65536,
-        max_header_fields: int = 200,
-        max_queued_acks: int = 1000,
-        reset_rate: tuple[int, int] = (1000, 33),
-        glitch_rate: tuple[int, int] = (1000, 33),
-    ) -> None:
-        self.max_concurrent_streams = max_concurrent_streams
-        self.initial_window = initial_window  # per stream, what the client may send before we consume
-        self.connection_window = connection_window  # all streams together
-        self.header_table = header_table  # HPACK dynamic table the client's encoder may use
-        self.max_frame = max_frame
-        self.max_continuations = max_continuations
-        self.max_header_list_bytes = max_header_list_bytes  # decoded, 32 B per field included
-        self.max_header_fields = max_header_fields  # decoded fields of one block (pseudo and crumbs included)
-        self.max_queued_acks = max_queued_acks  # SETTINGS/PING ACKs (and RSTs) not yet taken by data_to_send
-        self.reset_rate = reset_rate  # (burst, per second) of RST_STREAM from the client: nghttp2's default
-        self.glitch_rate = glitch_rate  # (burst, per second) of suspicious frames: nghttp2's own default
-
-    @classmethod
-    def from_policy(cls, max_header_bytes: int, max_headers: int) -> H2Limits:
-        """``policy.max_header_bytes`` bounds the decoded list as HPACK counts it (32 B per field);
-        ``policy.max_headers`` is checked on the mapped head (h2_request), so the engine allows twice as many
-        decoded fields, as HAProxy does: browsers send each cookie as its own field ("crumbs"), and 2x still
-        stops the many-one-byte-references bomb at a few hundred fields."""
-        return cls(max_header_list_bytes=max_header_bytes, max_header_fields=2 * max_headers + 4)
-
-
-# -- events: what the shell gets from receive() ---------------------------------------------------------
-
-
-class RequestHeaders:
-    """A request's header block (decoded, in order; pseudo-headers first). ``end_stream``: no body follows."""
-
-    __slots__ = ("end_stream", "fields", "stream_id")
-
-    def __init__(self, stream_id: int, fields: tuple[Header, ...], end_stream: bool) -> None:
-        self.stream_id = stream_id
-        self.fields = fields
-        self.end_stream = end_stream
-
-
-class RequestData:
-    """Request body bytes. They hold ``flow`` bytes of the windows until ``consume(stream_id, flow)``."""
-
-    __slots__ = ("data", "end_stream", "flow", "stream_id")
-
-    def __init__(self, stream_id: int, data: bytes, end_stream: bool) -> None:
-        self.stream_id = stream_id
-        self.data = data
-        self.end_stream = end_stream
-        self.flow = len(data)  # padding is accounted for by the engine; consume exactly this
-
-
-class RequestTrailers:
-    """The request's trailer block; the request is complete."""
-
-    __slots__ = ("fields", "stream_id")
-
-    def __init__(self, stream_id: int, fields: tuple[Header, ...]) -> None:
-        self.stream_id = stream_id
-        self.fields = fields
-
-
-class StreamReset:
-    """A stream that had a request ended abnormally. ``remote``: the client sent RST_STREAM; otherwise the
-    engine reset it because the client broke a stream rule (content-length vs DATA, flow control...)."""
-
-    __slots__ = ("error_code", "remote", "stream_id")
-
-    def __init__(self, stream_id: int, error_code: int, remote: bool) -> None:
-        self.stream_id = stream_id
-        self.error_code = error_code
-        self.remote = remote
-
-
-class StreamRefused:
-    """A stream the engine refused before any request event (a malformed header block): counted, no more."""
-
-    __slots__ = ("error_code", "reason", "stream_id")
-
-    def __init__(self, stream_id: int, error_code: int, reason: str) -> None:
-        self.stream_id = stream_id
-        self.error_code = error_code
-        self.reason = reason
-
-
-class WindowOpened:
-    """The client opened a send window: ``stream_id`` 0 means the connection's (every stream may go on).
-    At most one per stream per ``receive`` call."""
-
-    __slots__ = ("stream_id",)
-
-    def __init__(self, stream_id: int) -> None:
-        self.stream_id = stream_id
-
-
-class GoAwayReceived:
-    """The client will open no stream above ``last_stream_id`` (ours: it processes nothing of ours)."""
-
-    __slots__ = ("error_code", "last_stream_id")
-
-    def __init__(self, last_stream_id: int, error_code: int) -> None:
-        self.last_stream_id = last_stream_id
-        self.error_code = error_code
-
-
-class GoAwaySent:
-    """The final GOAWAY of a drain went out: streams up to ``last_stream_id`` are served to the end."""
-
-    __slots__ = ("last_stream_id",)
-
-    def __init__(self, last_stream_id: int) -> None:
-        self.last_stream_id = last_stream_id
-
-
-class ConnectionEnded:
-    """The connection reads nothing more: write ``data_to_send()`` and close. ``reason`` is "" for a clean
-    end (GOAWAY exchanged, every stream done), else the counter of what ended it; ``error_code`` the GOAWAY's."""
-
-    __slots__ = ("error_code", "reason")
-
-    def __init__(self, reason: str, error_code: int) -> None:
-        self.reason = reason
-        self.error_code = error_code
-
-
-Event = (
-    RequestHeaders
-    | RequestData
-    | RequestTrailers
-    | StreamReset
-    | StreamRefused
-    | WindowOpened
-    | GoAwayReceived
-    | GoAwaySent
-    | ConnectionEnded
-)
-
-# Every counter this module names (ConnectionEnded.reason, StreamRefused.reason).
-REASONS: tuple[str, ...] = (
-    "h2_malformed",
-    "h2_continuation_flood",
-    "h2_header_list_too_large",
-    "h2_header_fields_too_many",
-    "h2_ack_flood",
-    "h2_rst_flood",
-    "h2_glitch_flood",
-    "h2_protocol_error",
-    "h2_flow_control_error",
-    "h2_frame_size_error",
-    "h2_compression_error",
-    "h2_stream_closed_error",
-    "h2_engine_error",
-    "h2_peer_goaway_error",
-)
 
 # An engine-initiated GOAWAY's code -> counter. nghttp2 answers its RST_STREAM rate limit with INTERNAL_ERROR
 # and its glitch limit (PRIORITY, empty DATA, malformed-block floods) with ENHANCE_YOUR_CALM.
@@ -255,30 +86,15 @@ _RESP_DONE = 2  # our END_STREAM queued
 _RESET = 4  # reset by either side: the engine's close event is not news
 
 # the engine's event types, bound once (the dispatch in _translate runs per event)
-_E_DataReceived = ngh2.DataReceived
-_E_RequestReceived = ngh2.RequestReceived
-_E_StreamClosed = ngh2.StreamClosed
-_E_StreamReset = ngh2.StreamReset
-_E_TrailersReceived = ngh2.TrailersReceived
-_E_WindowUpdated = ngh2.WindowUpdated
-_E_SettingsReceived = ngh2.SettingsReceived
-_E_PingReceived = ngh2.PingReceived
-_E_PriorityUpdateReceived = ngh2.PriorityUpdateReceived
-_E_PingAcknowledged = ngh2.PingAcknowledged
-_E_GoAwayReceived = ngh2.GoAwayReceived
-_E_ConnectionClosed = ngh2.ConnectionClosed
+_E_DataReceived, _E_RequestReceived, _E_StreamClosed, _E_StreamReset = (
+    ngh2.DataReceived, ngh2.RequestReceived, ngh2.StreamClosed, ngh2.StreamReset)  # fmt: skip
+_E_TrailersReceived, _E_WindowUpdated, _E_SettingsReceived, _E_PingReceived = (
+    ngh2.TrailersReceived, ngh2.WindowUpdated, ngh2.SettingsReceived, ngh2.PingReceived)  # fmt: skip
+_E_PriorityUpdateReceived, _E_PingAcknowledged, _E_GoAwayReceived, _E_ConnectionClosed = (
+    ngh2.PriorityUpdateReceived, ngh2.PingAcknowledged, ngh2.GoAwayReceived, ngh2.ConnectionClosed)  # fmt: skip
 
 # the engine's stream-scoped "this stream is gone" errors, and its "the connection is going" ones
 _GONE = (ngh2.StreamProtocolError, ngh2.ConnectionStateError, ngh2.ConnectionClosingError)
-
-
-def goaway_frame(last_stream_id: int, error_code: int) -> bytes:
-    """A GOAWAY frame (RFC 9113 §6.8), built by hand for when the engine has no session left to write one."""
-    return (
-        b"\x00\x00\x08\x07\x00\x00\x00\x00\x00"
-        + (last_stream_id & MAX_STREAM_ID).to_bytes(4, "big")
-        + error_code.to_bytes(4, "big")
-    )
 
 
 class ServerConnection:
@@ -377,7 +193,8 @@ class ServerConnection:
             events.extend(WindowOpened(sid) for sid in sorted(self._opened))
             self._opened.clear()
         if self.ended is None and not self._c.want_read:
-            # the engine queued its own GOAWAY (a limit, a protocol error): take it now to learn its code
+            # the engine reads no more: it queued its own GOAWAY (a limit, a protocol error), or the client's
+            # GOAWAY left no stream open. Take its output now to learn the code (ConnectionClosed)
             self._final = self._c.data_to_send()
             self._translate(self._c.events(), events)
             if self.ended is None:
@@ -497,7 +314,8 @@ class ServerConnection:
         for good (16 such resets of 64 KiB stall a 1 MiB connection). Raising the window target by ``n`` sends
         WINDOW_UPDATE(0, n); lowering it back takes the dead bytes out of the engine's account. The engine
         remembers the lowering ("recv_reduction", ``_reduction`` here) and cancels it against the next
-        raise, so each raise adds it back. Pinned by tests/test_h2_engine.py (window repair).
+        raise, so each raise adds it back. Pinned by tests/test_h2_engine.py (window repair). The total stays far
+        below the 2^31-1 window limit: at most max_streams (budget) x the initial stream window per connection.
         """
         try:
             self._c.set_local_window_size(self._conn_window + n + self._reduction)
@@ -695,21 +513,9 @@ class ServerConnection:
         return len(self._streams)
 
 
-__all__ = [
-    "FIELDS_CHECKED",
-    "REASONS",
-    "ConnectionEnded",
-    "Event",
-    "GoAwayReceived",
-    "GoAwaySent",
-    "H2Limits",
-    "RequestData",
-    "RequestHeaders",
-    "RequestTrailers",
-    "ServerConnection",
-    "StreamRefused",
-    "StreamReset",
-    "WindowOpened",
-    "error_name",
-    "goaway_frame",
-]
+# our names, re-exported for the shell: one import
+__all__ = [  # noqa: RUF022 - grouped by kind
+    "FIELDS_CHECKED", "REASONS", "H2Limits", "ServerConnection", "Event", "RequestHeaders", "RequestData",
+    "RequestTrailers", "StreamReset", "StreamRefused", "WindowOpened", "GoAwayReceived", "GoAwaySent",
+    "ConnectionEnded", "Header", "error_name", "goaway_frame",
+]  # fmt: skip
