@@ -508,7 +508,7 @@ def _safe_to_forward(head: RequestHead) -> None:
     assert head.host.isascii()
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(
     st.lists(_FIELD, max_size=12),
     st.permutations(PSEUDO),
@@ -534,7 +534,7 @@ def test_fuzz_nothing_but_h2refusal_escapes(extra, pseudo, mix, end_stream, max_
         assert exc.reason in REASONS
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.lists(st.tuples(st.binary(max_size=10), st.binary(max_size=10)), max_size=8))
 def test_fuzz_raw_bytes_never_crash(fields):
     try:
