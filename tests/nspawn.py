@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -45,9 +46,11 @@ class Container:
             *(f"--bind-ro={host}:{inside}" for host, inside in binds.items()),
         ]
         self._log = open(self.log_path, "w")  # noqa: SIM115 - lives as long as the container
+        # nspawn halts the container on SIGTERM: if the test process dies, no container is left holding :443
+        # (setpriv, not preexec_fn: the test process has threads; the signal survives the execs to nspawn)
         self.proc = subprocess.Popen(
-            overlay_argv(tree, scratch, argv), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            ["setpriv", "--pdeathsig", "SIGTERM", *overlay_argv(tree, scratch, argv)], stdin=subprocess.DEVNULL,
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.pid1 = 0  # the container's PID 1 (systemd), as the host numbers it
 
@@ -115,4 +118,7 @@ class Container:
                         os.kill(self.pid1, signal.SIGKILL)
                 self.proc.wait()
         self._log.close()
+        # its mount namespace ended with it: the overlay is unmounted and its ~100 MB upper layer can go
+        for layer in ("upper", "work"):
+            shutil.rmtree(self.scratch / layer, ignore_errors=True)
         return self.proc.returncode

@@ -6,7 +6,7 @@ done, two reloads refused, a stop that drains and exits 0, and a taken port that
 
 Skipped, with the reason, where it cannot run: not root, the tree or the wheels cannot be built (no Debian
 mirror or PyPI), nspawn cannot boot systemd here, or something else holds :443. The first run builds the tree
-(mmdebstrap, ~2 min) and the wheelhouse (~15 s) into /var/cache/sentin8-systemd; later runs take ~1 min.
+(mmdebstrap, 100-150 s) and the wheelhouse (~15 s) into /var/cache/sentin8-systemd; later runs take ~40 s idle.
 """
 
 from __future__ import annotations
