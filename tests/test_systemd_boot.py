@@ -46,15 +46,23 @@ def install_block() -> str:
     """The shell block under "Running under systemd" that installs the unit (the one with ``useradd``)."""
     docs = [debian_tree.REPO / "README.md", *sorted((debian_tree.REPO / "docs").glob("**/*.md"))]
     for doc in docs:
-        text = doc.read_text()
-        m = re.search(r"^#+ Running under systemd\n(.*?)(?=^#+ |\Z)", text, re.M | re.S)
-        for block in re.findall(r"^```sh\n(.*?)^```", m.group(1) if m else "", re.M | re.S):
-            if "useradd" in block:
-                return block
+        in_section, block = False, None
+        for line in doc.read_text().splitlines():
+            if block is not None:  # inside a fence: a "# comment" there is no heading
+                if line.startswith("```"):
+                    if "useradd" in "".join(block):
+                        return "".join(block)
+                    block = None
+                else:
+                    block.append(line + "\n")
+            elif line.startswith("#"):
+                in_section = bool(re.match(r"#+ Running under systemd$", line))
+            elif in_section and line.startswith("```"):
+                block = [] if line.strip() == "```sh" else None
     raise AssertionError(f"no install block (```sh with useradd) under 'Running under systemd' in {docs}")
 
 
-def fleet_config(platform: Platform, mgmt_port: int, extra: str = "") -> str:
+def fleet_config(platform: Platform, mgmt_port: int) -> str:
     return f"""
 [listen]
 https = "0.0.0.0:443"
@@ -72,7 +80,6 @@ rate_limit_rps = 1000
 [metrics]
 interval_s = 1
 {platform.sources(health_fresh_s=3600)}
-{extra}
 """
 
 
