@@ -55,8 +55,9 @@ class Platform:
         age: float = 0.0,
         publish: bool = True,
         host: str = "127.0.0.1",
+        tls: bool = True,
     ) -> None:
-        value = {"host": host, "port": port, "state": state, "health_ts": time.time() - age, "tls": True}
+        value = {"host": host, "port": port, "state": state, "health_ts": time.time() - age, "tls": tls}
         client = self.redis.client()
         client.hset(f"captain:svc:{service}", iid, json.dumps(value))
         if publish:

@@ -26,6 +26,11 @@ from .websocket import websocket_accept as websocket_accept  # re-exported: its 
 
 Header = tuple[bytes, bytes]
 
+# ``RequestHead.version`` of a request that came over HTTP/2 (sentin8/http/h2_request.py). Not "1.1", and not
+# "1.0" either: code deciding "may the connection persist / may interim responses go out" must ask
+# ``version != "1.0"``, never ``version == "1.1"``. ModSecurity makes it ``HTTP/2``, a CRS-allowed version.
+H2_VERSION = "2"
+
 
 class HeadError(Exception):
     """The request cannot be forwarded; answer ``status`` and close. ``counter``: the counter naming the

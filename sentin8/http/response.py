@@ -20,11 +20,14 @@ Before any of that, each status line must be HTTP/1.x with a three-digit 1xx-5xx
 status lines and any code from 000 to 999, and the bridge would relay them as HTTP/1.1. Interim (1xx)
 responses are relayed but bounded (``interim_within_budget``): a backend cannot keep a client reading
 informational heads forever. Either refusal is a 502 (nothing final has been sent yet).
+
+An HTTP/2 client (``version`` ``H2_VERSION``) gets DATA frames, never chunk encoding, and its connection
+outlives every response: the stream ends, and closing (drain included) is the connection's GOAWAY.
 """
 
 from __future__ import annotations
 
-from .framing import Header, HeadError
+from .framing import H2_VERSION, Header, HeadError
 
 # Interim responses per request, and the bytes of their heads together (status lines and header lines as the
 # header caps count them). A real server sends a 100 Continue and a 103 Early Hints or two; Go's HTTP client
@@ -92,7 +95,10 @@ def response_framing(
     if not (head_only or status == 204 or status == 304) and (chunked_in or not has_length):
         close_delimited = not chunked_in
         chunked_out = version == "1.1"
-    close = draining or not keep_alive or version != "1.1" or websocket or (close_delimited and not chunked_out)
+    if version == H2_VERSION:
+        close = False  # a stream ends with END_STREAM; the connection is closed by its own GOAWAY
+    else:
+        close = draining or not keep_alive or version != "1.1" or websocket or (close_delimited and not chunked_out)
     return _FRAMINGS[chunked_out, close_delimited, close, chunked_in and has_length]
 
 
