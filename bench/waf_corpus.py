@@ -1,7 +1,13 @@
-"""The WAF against a public attack corpus, through the running proxy: detection and false positives per family,
-and the WAF's CPU per request against the WAF off.
+"""The WAF against an attack corpus, through the running proxy: detection and false positives per family, and
+the WAF's CPU per request against the WAF off.
 
     sudo .venv/bin/python -m bench.waf_corpus [--paranoia 1] [--benign 600] [--cpu-requests 400]
+    sudo .venv/bin/python -m bench.waf_corpus --corpus own --crs-dir /usr/share/modsecurity-crs/rules \
+        --crs-dir ../shared/crs/v4.28.0/rules      # the repo's corpus, one fleet per CRS release
+
+**Own corpus** (``--corpus own``): ``tests/waf_corpus.py``, the corpus ``tests/test_waf_corpus.py`` replays
+sans-IO, here sent as whole requests through the proxy (attacks by family in every place a client puts them,
+benign API, form, upload, cookie and header traffic). Each ``--crs-dir`` gets its own fleet.
 
 **Corpus**: the injection wordlists of Debian's ``wfuzz`` package (``Injections/SQL.txt``, ``XSS.txt``,
 ``Traversal.txt``), taken from the .deb with ``apt-get download`` + ``dpkg-deb -x`` into
@@ -96,7 +102,7 @@ class Client:
         self.port = port
         self.conn: PQClient | None = None
 
-    def send(self, raw: bytes) -> int:
+    def send(self, raw: bytes, head: bool = False) -> int:
         import socket
 
         for _ in range(2):
@@ -105,7 +111,7 @@ class Client:
                 self.conn = PQClient(sock, HOST)
                 self.conn.handshake()
             try:
-                resp = self.conn.request(raw)
+                resp = self.conn.request(raw, head=head)
             except (OSError, EOFError, ValueError):
                 self.close()
                 continue
@@ -121,7 +127,7 @@ class Client:
             self.conn = None
 
 
-def start_fleet(work: Path, backend_port: int, waf: bool, paranoia: int) -> Fleet:
+def start_fleet(work: Path, backend_port: int, waf: bool, paranoia: int, crs_dir: str = "") -> Fleet:
     work.mkdir(parents=True, exist_ok=True)
     body = (
         f'[[instances]]\nservice = "web"\nid = "web-1"\nhost = "127.0.0.1"\nport = {backend_port}\n'
@@ -130,6 +136,9 @@ def start_fleet(work: Path, backend_port: int, waf: bool, paranoia: int) -> Flee
     extra = (
         f'[network]\ninternal_cidrs = ["10.0.0.0/8"]\n[policy]\nwaf = {str(waf).lower()}\nwaf_paranoia = {paranoia}\n'
     )
+    if crs_dir:
+        extra += f'waf_crs_dir = "{Path(crs_dir).resolve()}"\n'
+
     return Fleet(str(work), body, workers=2, extra=extra)
 
 
@@ -157,12 +166,35 @@ def cpu_per_request(fleet: Fleet, raw: bytes, n: int) -> tuple[float, float]:
     return cpu / n * 1e6, n / wall
 
 
+def own_corpus(client: Client) -> None:
+    """``tests/waf_corpus.py`` through the proxy: detection per family and place, benign pass."""
+    from tests import waf_corpus
+
+    rows: dict[str, list[int]] = {}
+    for case in waf_corpus.attacks():
+        row = rows.setdefault(case.family, [0, 0])
+        row[0] += 1
+        row[1] += client.send(case.raw(HOST), head=case.method == b"HEAD") in (400, 403)
+    benign = waf_corpus.benign()
+    wrongly = sum(client.send(case.raw(HOST), head=case.method == b"HEAD") in (400, 403) for case in benign)
+    print(f"{'family':10} {'cases':>5} {'blocked':>8}")
+    for fam, (n, blocked) in rows.items():
+        print(f"{fam:10} {n:>5} {blocked / n:>8.1%}")
+    total, blocked = sum(r[0] for r in rows.values()), sum(r[1] for r in rows.values())
+    print(f"{'detection':10} {total:>5} {blocked / total:>8.1%}")
+    print(f"{'benign pass':10} {len(benign):>4} {1 - wrongly / len(benign):>8.1%}\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--paranoia", type=int, default=1)
     ap.add_argument("--benign", type=int, default=600)
     ap.add_argument("--cpu-requests", type=int, default=400)
+    ap.add_argument("--corpus", choices=("wfuzz", "own"), default="wfuzz")
+    ap.add_argument("--crs-dir", action="append", default=[], help="CRS rules directory (repeat: one fleet each)")
     args = ap.parse_args()
+    if args.corpus == "own":
+        return main_own(args)
     attacks, benign = load_corpus(wordlists(), args.benign)
     backend = HTTPBackend("web")
     work = Path(tempfile.mkdtemp(prefix="sentin8-waf-bench-"))
@@ -209,6 +241,39 @@ def main() -> int:
             cpu_off, _ = cpu_per_request(off, raw, args.cpu_requests)
             cpu_on, _ = cpu_per_request(on, raw, args.cpu_requests)
             print(f"{name:28} {cpu_off:>8.0f}µs {cpu_on:>8.0f}µs {cpu_on - cpu_off:>8.0f}µs")
+    finally:
+        for f in fleets:
+            f.stop()
+        backend.close()
+    return 0
+
+
+def main_own(args: argparse.Namespace) -> int:
+    """The repo's corpus and the 16 KiB form's WAF cost, for each CRS release given (default: Debian's)."""
+    from sentin8.waf import WafEngine, WafSettings
+
+    backend = HTTPBackend("web")
+    work = Path(tempfile.mkdtemp(prefix="sentin8-waf-bench-"))
+    off = start_fleet(work / "off", backend.port, False, args.paranoia)
+    fleets = [off]
+    try:
+        words = b"+".join([b"ordinary", b"form", b"text", b"with", b"some", b"words"] * 40)
+        form_body = b"&".join(b"field%02d=%s" % (i, words) for i in range(16))[:16384]
+        form = (
+            b"POST /submit HTTP/1.1\r\nHost: %s\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (HOST.encode(), len(form_body), form_body)
+        )
+        cpu_off, _ = cpu_per_request(off, form, args.cpu_requests)
+        for i, crs_dir in enumerate(args.crs_dir or ["/usr/share/modsecurity-crs/rules"]):
+            version = WafEngine(WafSettings(crs_dir=str(Path(crs_dir).resolve()))).crs_version
+            fleet = start_fleet(work / f"crs{i}", backend.port, True, args.paranoia, crs_dir)
+            fleets.append(fleet)
+            print(f"CRS {version} ({crs_dir}), paranoia {args.paranoia}, through the proxy over PQ TLS")
+            client = Client(fleet.port)
+            own_corpus(client)
+            client.close()
+            cpu_on, _ = cpu_per_request(fleet, form, args.cpu_requests)
+            print(f"16 KiB form POST: worker CPU {cpu_on:.0f} µs/request, WAF cost {cpu_on - cpu_off:.0f} µs\n")
     finally:
         for f in fleets:
             f.stop()

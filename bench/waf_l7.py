@@ -34,19 +34,24 @@ FORM = b"&".join(
 
 
 def rules_dir(work: Path, paranoia: int) -> Path:
-    """The rule files nginx loads: sentin8's engine directives and CRS set-up, then the same CRS files."""
+    """The rule files nginx loads: sentin8's whole rule set (``waf.rule_parts``: engine directives, the CRS set-up
+    for the release found, the CRS files in sentin8's order), the files copied beside their ``.data`` files."""
     d = work / "modsec"
     crs = d / "crs"
     crs.mkdir(parents=True, exist_ok=True)
     settings = waf.settings_from_policy(Policy(waf=True, waf_paranoia=paranoia))
-    for f in Path(settings.crs_dir).iterdir():
-        if f.suffix == ".data" or f.name in map(lambda p: Path(p).name, waf.crs_files(settings.crs_dir)):
-            shutil.copy(f, crs / f.name)
-    (d / "main.conf").write_text(
-        waf._engine_directives(settings, partial=False)
-        + waf._crs_setup(settings)
-        + "".join(f"Include {crs / Path(p).name}\n" for p in waf.crs_files(settings.crs_dir))
-    )
+    conf = []
+    for part in waf.rule_parts(settings, waf.crs_layout(settings.crs_dir), partial=False):
+        if not part.path:
+            conf.append(part.text)
+            continue
+        src = Path(part.path)
+        for data in src.parent.glob("*.data"):
+            if not (crs / data.name).exists():
+                shutil.copy(data, crs / data.name)
+        shutil.copy(src, crs / src.name)
+        conf.append(f"Include {crs / src.name}\n")
+    (d / "main.conf").write_text("".join(conf))
     return d
 
 

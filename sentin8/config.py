@@ -115,7 +115,7 @@ class Policy(_Section):
     waf_anomaly_threshold: int = 5  # inbound anomaly score that blocks (CRS default; one critical match)
     waf_body_max: int = 128 * 1024  # request body buffered and inspected before anything goes upstream
     waf_oversize: Literal["reject", "inspect_prefix"] = "reject"  # a bigger body: 413, or inspect its first part
-    waf_crs_dir: str = "/usr/share/modsecurity-crs/rules"  # Debian's modsecurity-crs
+    waf_crs_dir: str = "/usr/share/modsecurity-crs/rules"  # a CRS 3.3.x or 4.x rules/ (default: Debian's 3.3.4)
     waf_exclusions: list[WafExclusionEntry] = msgspec.field(default_factory=list)
     rate_limit: bool = False
     rate_limit_rps: float = 100

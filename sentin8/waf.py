@@ -8,10 +8,10 @@ connections; and a small request can be inspected inline without a thread hop. E
 transaction happens inside ``inspect``: one transaction per call, owned by the calling thread, no shared
 mutable state but the read-only rule set (the engine is built for concurrent transactions over one rule set).
 
-The rule set is: the engine directives below (body access, the JSON/XML/multipart body processors of
-ModSecurity's recommended configuration, PCRE match limits so that no input can make a regex run unbounded),
-the CRS set-up (paranoia level, inbound anomaly threshold), the per-host exclusions, then Debian's
-``modsecurity-crs`` REQUEST-* rules except REQUEST-910 (IP reputation needs GeoIP, which the engine lacks).
+The rule set (``rule_parts``) is: the engine directives below (body access, the JSON/XML/multipart body
+processors of ModSecurity's recommended configuration, PCRE match limits so that no input can make a regex run
+unbounded), the CRS set-up for the release found in ``crs_dir`` (``sentin8.crs``: 3.3.x or 4.x, paranoia level,
+anomaly thresholds), the per-host exclusions, then the CRS REQUEST-* rules with v4's plugins around them.
 The CRS blocks in phase 2 (REQUEST-949), so the body phase runs for body-less requests too. Responses are not
 inspected (the RESPONSE-* rules would need the response buffered).
 """
@@ -26,46 +26,38 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .crs import CrsError, CrsLayout, families_of, family, layout, setup_directives
+
 if TYPE_CHECKING:
     from .config import Policy
 
-CRS_RULES_DIR = "/usr/share/modsecurity-crs/rules"
-LEFT_OUT = ("REQUEST-910-IP-REPUTATION.conf",)  # needs GeoIP
+CRS_RULES_DIR = "/usr/share/modsecurity-crs/rules"  # Debian's modsecurity-crs (3.3.x); CRS 4: the operator's
 # Per regex evaluation: bounds backtracking on any input. ModSecurity's recommended 1000; at 5000 a fuzzer found
 # 4 KB inputs that cost 2.4 s of CPU, at 1000 the worst 64 KiB input it found costs ~0.3 s (linear in size).
 PCRE_MATCH_LIMIT = 1000
 RULE_IDS_MAX = 32  # matched rule ids reported per request (the rest are counted as truncated)
-
-# CRS rule-id ranges -> attack family, for counters (one counter per family, not per rule).
-FAMILIES: tuple[tuple[int, int, str], ...] = (
-    (911000, 911999, "method"),
-    (913000, 913999, "scanner"),
-    (920000, 920999, "protocol"),
-    (921000, 921999, "protocol_attack"),
-    (922000, 922999, "multipart"),
-    (930000, 930999, "lfi"),
-    (931000, 931999, "rfi"),
-    (932000, 932999, "rce"),
-    (933000, 933999, "php"),
-    (934000, 934999, "nodejs"),
-    (941000, 941999, "xss"),
-    (942000, 942999, "sqli"),
-    (943000, 943999, "session_fixation"),
-    (944000, 944999, "java"),
-    (200000, 200999, "body_parse"),
-)
-
-
-def family(rule_id: int) -> str | None:
-    """The attack family of a CRS rule id (``942100`` -> ``sqli``); None for bookkeeping rules (901, 949...)."""
-    for low, high, name in FAMILIES:
-        if low <= rule_id <= high:
-            return name
-    return None
+# The longest request target, cookie (name or value), User-Agent, Referer or argument name inspected; longer is
+# refused before the CRS runs (rules 200006/200007). PCRE's match limit bounds backtracking per start position,
+# not the number of start positions: CRS 4's 941160 rescans to the next space or slash from every quote or
+# tag opener, so a 63 KB cookie of quotes costs 2 s of CPU (CRS 3.3: 50 ms). 8 KiB is nginx's and Apache's
+# own line limit (large_client_header_buffers, LimitRequestLine/FieldSize), and browsers send no longer.
+VALUE_MAX = 8192
+# Argument values (query, form, JSON, multipart, XML) have no such cap: a body value may be long. What makes one
+# costly is a quote or tag opener followed by a long run without whitespace or slash (941160's rescans): a 128
+# KiB value of quotes cost 10.6 s with CRS 4.28. With a value over LONG_VALUE in the request, one such run over
+# RUN_MAX is refused (200008; found in linear time: (*SKIP) jumps over a run once scanned). What is left costs at
+# most ~0.5 s per 128 KiB body with either release (many values just under LONG_VALUE, runs just under RUN_MAX).
+LONG_VALUE = 4096
+RUN_MAX = 1024
 
 
 class WafLoadError(Exception):
-    """The rule set did not load; the message says why (the config layer prefixes ``policy.waf: ``)."""
+    """The rule set did not load; the message says why and ``key`` which ``policy`` key is to blame
+    (``check_policy`` prints ``policy.<key>: <message>``)."""
+
+    def __init__(self, message: str, key: str = "waf") -> None:
+        super().__init__(message)
+        self.key = key
 
 
 @dataclass(frozen=True)
@@ -140,21 +132,24 @@ def _engine_directives(s: WafSettings, partial: bool) -> str:
             "\"id:200003,phase:2,t:none,log,deny,status:400,msg:'Multipart request body failed strict validation'\"",
         ]
     # A regex that hit the match limit did not match: an attacker could pad a payload to exhaust it and walk
-    # through. Refuse instead (ModSecurity's recommended configuration does the same).
+    # through. Refuse instead, where ModSecurity's recommended configuration does: before the CRS, so it sees the
+    # phase-1 rules only. Checked after every rule it would also refuse every 1 KiB token (eight 932 rules of CRS
+    # 4.28, 932150 of 3.3.4, give up on 1,000 alphanumerics): test_a_long_token_is_not_refused.
     lines.append('SecRule TX:/^MSC_/ "!@streq 0" "id:200005,phase:2,t:none,log,deny,status:403,msg:\'Engine limit\'"')
+    lines += [
+        "SecRule REQUEST_URI_RAW|REQUEST_COOKIES|REQUEST_COOKIES_NAMES|REQUEST_HEADERS:User-Agent|"
+        f'REQUEST_HEADERS:Referer "@gt {VALUE_MAX}" '
+        "\"id:200006,phase:1,t:none,t:length,log,deny,status:403,msg:'Value too long to inspect'\"",
+        f'SecRule ARGS_NAMES "@gt {VALUE_MAX}" '
+        "\"id:200007,phase:2,t:none,t:length,log,deny,status:403,msg:'Argument name too long to inspect'\"",
+        # the decoding 941160 applies, so an encoded quote (&#39;, \\x27, %2527) counts as one
+        f'SecRule ARGS|ARGS_NAMES|XML:/* "@gt {LONG_VALUE}" "id:200008,phase:2,t:none,t:length,log,deny,status:403,'
+        "msg:'Value too costly to inspect',chain\"",
+        'SecRule ARGS|ARGS_NAMES|XML:/* "@rx (?:[\\"\']|<[0-9A-Z_a-z])'
+        f'(?:[^\\s\\x0b/]{{{RUN_MAX}}}|[^\\s\\x0b/]*+(*SKIP)(*F))" '
+        '"t:none,t:utf8toUnicode,t:urlDecodeUni,t:htmlEntityDecode,t:jsDecode,t:cssDecode,t:removeNulls"',
+    ]
     return "\n".join(lines) + "\n"
-
-
-def _crs_setup(s: WafSettings) -> str:
-    return (
-        'SecDefaultAction "phase:1,log,auditlog,pass"\n'
-        'SecDefaultAction "phase:2,log,auditlog,pass"\n'
-        f'SecAction "id:900000,phase:1,nolog,pass,t:none,setvar:tx.paranoia_level={s.paranoia}"\n'
-        f'SecAction "id:900110,phase:1,nolog,pass,t:none,'
-        f"setvar:tx.inbound_anomaly_score_threshold={s.anomaly_threshold},"
-        f'setvar:tx.outbound_anomaly_score_threshold=4"\n'
-        'SecAction "id:900990,phase:1,nolog,pass,t:none,setvar:tx.crs_setup_version=334"\n'
-    )
 
 
 _HOST = re.compile(r"(\*\.)?[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")
@@ -165,7 +160,7 @@ def _exclusion_rules(s: WafSettings) -> str:
     for i, ex in enumerate(s.exclusions):
         host = ex.host.lower()
         if not _HOST.fullmatch(host) or not ex.rule_ids:
-            raise WafLoadError(f"waf_exclusions[{i}]: needs a hostname (or *.domain) and at least one rule id")
+            raise WafLoadError("needs a hostname (or *.domain) and at least one rule id", f"waf_exclusions[{i}]")
         op = f"@endsWith {host[1:]}" if host.startswith("*.") else f"@streq {host}"
         removes = ",".join(f"ctl:ruleRemoveById={int(r)}" for r in ex.rule_ids)
         actions = f"id:{10000 + i},phase:1,t:none,t:lowercase,pass,nolog,{removes}"
@@ -173,9 +168,42 @@ def _exclusion_rules(s: WafSettings) -> str:
     return "\n".join(out) + "\n"
 
 
-def crs_files(crs_dir: str) -> list[str]:
-    files = sorted(glob.glob(os.path.join(crs_dir, "REQUEST-*.conf")))
-    return [f for f in files if os.path.basename(f) not in LEFT_OUT]
+@dataclass(frozen=True)
+class RulePart:
+    """One piece of the rule set, in load order: inline directives (``text``) or a rule file (``path``).
+    ``what`` names it in an error, ``key`` is the config key to blame."""
+
+    what: str
+    key: str
+    text: str = ""
+    path: str = ""
+
+
+def crs_layout(crs_dir: str) -> CrsLayout:
+    """The CRS release and files in ``crs_dir``; WafLoadError (``waf_crs_dir``) when it is not one to load."""
+    try:
+        return layout(crs_dir)
+    except CrsError as exc:
+        raise WafLoadError(str(exc), "waf_crs_dir") from None
+
+
+def rule_parts(s: WafSettings, crs: CrsLayout, partial: bool) -> list[RulePart]:
+    """The whole rule set in order: engine directives, the CRS set-up for its release, the per-host exclusions,
+    then plugin config, plugins before, the CRS rules, plugins after (CRS v4's documented order)."""
+    key = "waf_crs_dir"
+    parts = [
+        RulePart("engine directives", "waf", text=_engine_directives(s, partial)),
+        RulePart(f"CRS {crs.version} set-up", key, text=setup_directives(crs.version, s.paranoia, s.anomaly_threshold)),
+    ]
+    if s.exclusions:
+        parts.append(RulePart("waf_exclusions", "waf_exclusions", text=_exclusion_rules(s)))
+    for path in crs.plugins_config + crs.plugins_before:
+        parts.append(RulePart(f"plugins/{os.path.basename(path)}", key, path=path))
+    for path in crs.rules:
+        parts.append(RulePart(os.path.basename(path), key, path=path))
+    for path in crs.plugins_after:
+        parts.append(RulePart(f"plugins/{os.path.basename(path)}", key, path=path))
+    return parts
 
 
 # ---- the C API -----------------------------------------------------------------------------------------
@@ -257,30 +285,19 @@ def _load_library() -> ctypes.CDLL:
 class _RuleSet:
     """One compiled rule set (the engine's ``RulesSet``), read-only once loaded."""
 
-    def __init__(self, lib: ctypes.CDLL, settings: WafSettings, partial: bool) -> None:
+    def __init__(self, lib: ctypes.CDLL, parts: list[RulePart]) -> None:
         self.lib = lib
         self.ptr = lib.msc_create_rules_set()
         self.count = 0
-        self._add(_engine_directives(settings, partial), "engine directives")
-        self._add(_crs_setup(settings), "CRS set-up")
-        if settings.exclusions:
-            self._add(_exclusion_rules(settings), "policy.waf_exclusions")
-        files = crs_files(settings.crs_dir)
-        if not files:
-            raise WafLoadError(f"no CRS rules in {settings.crs_dir} (install Debian's modsecurity-crs)")
-        for path in files:
+        for part in parts:
             err = ctypes.c_char_p()
-            n = lib.msc_rules_add_file(self.ptr, path.encode(), ctypes.byref(err))
+            if part.path:
+                n = lib.msc_rules_add_file(self.ptr, part.path.encode(), ctypes.byref(err))
+            else:
+                n = lib.msc_rules_add(self.ptr, part.text.encode(), ctypes.byref(err))
             if n < 0:
-                raise WafLoadError(f"{os.path.basename(path)}: {self._error(err)}")
+                raise WafLoadError(f"{part.what}: {self._error(err)}", part.key)
             self.count += n
-
-    def _add(self, text: str, what: str) -> None:
-        err = ctypes.c_char_p()
-        n = self.lib.msc_rules_add(self.ptr, text.encode(), ctypes.byref(err))
-        if n < 0:
-            raise WafLoadError(f"{what}: {self._error(err)}")
-        self.count += n
 
     @staticmethod
     def _error(err: ctypes.c_char_p) -> str:
@@ -292,15 +309,19 @@ class WafEngine:
 
     def __init__(self, settings: WafSettings) -> None:
         if not 1 <= settings.paranoia <= 4:
-            raise WafLoadError(f"paranoia must be 1..4, got {settings.paranoia}")
+            raise WafLoadError(f"must be within 1..4, got {settings.paranoia}", "waf_paranoia")
         self.settings = settings
+        crs = crs_layout(settings.crs_dir)
+        self.crs_version = crs.version
+        self._families = families_of(crs.version)
         lib = self._lib = _load_library()
         self._msc = lib.msc_init()
         lib.msc_set_connector_info(self._msc, b"sentin8-proxy")
         lib.msc_set_log_cb(self._msc, _discard_log)
-        self._rules = _RuleSet(lib, settings, partial=False)
+        self._rules = _RuleSet(lib, rule_parts(settings, crs, partial=False))
         # a body cut at body_max cannot parse as JSON/XML/multipart: its rule set does not deny on that
-        self._partial_rules = _RuleSet(lib, settings, partial=True) if settings.partial_bodies else None
+        partial = _RuleSet(lib, rule_parts(settings, crs, partial=True)) if settings.partial_bodies else None
+        self._partial_rules = partial
         self.rule_count = self._rules.count
 
     def inspect(self, req: WafRequest) -> WafVerdict:
@@ -320,7 +341,8 @@ class WafEngine:
         finally:
             lib.msc_intervention_cleanup(ctypes.byref(it))
             lib.msc_transaction_cleanup(tx)
-        fams = tuple(dict.fromkeys(f for f in map(family, rule_ids) if f is not None))
+        table = self._families
+        fams = tuple(dict.fromkeys(f for f in (family(r, table) for r in rule_ids) if f is not None))
         return WafVerdict(blocked, rule_ids, status, fams)
 
     @staticmethod
@@ -368,11 +390,12 @@ def settings_from_policy(policy: Policy) -> WafSettings:
 
 
 def check_policy(policy: Policy) -> str | None:
-    """Load the rule set a config asks for, as a start-up check: None, or ``policy.waf: <why>``."""
+    """Load the rule set a config asks for, as a start-up (and reload) check: None, or ``policy.<key>: <why>``
+    (``policy.waf_crs_dir: ...`` for rules that do not load or a CRS release this code cannot set up)."""
     if not policy.waf:
         return None
     try:
         WafEngine(settings_from_policy(policy))
     except WafLoadError as exc:
-        return f"policy.waf: {exc}"
+        return f"policy.{exc.key}: {exc}"
     return None

@@ -126,9 +126,10 @@ def test_a_port_held_by_another_program_is_one_clear_line_and_exit_2(tmp_path):
 
 
 def test_a_waf_rule_set_that_does_not_load_exits_2_before_binding(tmp_path):
+    from tests.crs_dirs import CRS_V3_RULES, crs_copy
+
     port = free_port()
-    rules = tmp_path / "crs"
-    rules.mkdir()
+    rules = crs_copy(tmp_path / "crs", CRS_V3_RULES)  # a real CRS with one broken file in it
     (rules / "REQUEST-942-BROKEN.conf").write_text('SecRule ARGS "@rx x" "id:1,phase:2,nosuchaction"\n')
     path = tmp_path / "waf.toml"
     path.write_text(
@@ -141,7 +142,7 @@ def test_a_waf_rule_set_that_does_not_load_exits_2_before_binding(tmp_path):
         )
         assert out.returncode == 2
         lines = out.stderr.strip().splitlines()
-        assert len(lines) == 1 and "policy.waf: REQUEST-942-BROKEN.conf:" in lines[0], out.stderr
+        assert len(lines) == 1 and "policy.waf_crs_dir: REQUEST-942-BROKEN.conf:" in lines[0], out.stderr
     import socket
 
     with socket.socket() as s:  # nothing bound the port

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from tests.crs_dirs import RULE_SETS
 from tests.netns import external_host  # noqa: F401 - fixture
 from tests.pqclient import PQClient
 from tests.test_fleet_l7 import l7_fleet, request
@@ -83,8 +84,9 @@ WAF_ATTACKS = {
 }
 
 
-def test_waf_blocks_body_and_cookie_attacks_through_the_fleet(external_host, fleet_factory, web):  # noqa: F811
-    fleet = l7_fleet(fleet_factory, web, extra=WAF)
+@pytest.mark.parametrize("crs_dir", RULE_SETS)
+def test_waf_blocks_body_and_cookie_attacks_through_the_fleet(external_host, fleet_factory, web, crs_dir):  # noqa: F811
+    fleet = l7_fleet(fleet_factory, web, extra=WAF + f'waf_crs_dir = "{crs_dir}"\n')
     client = PQClient(external_host.connect(fleet.port), "shop.apps.test")
     client.handshake()
     ok = _post(b"/profile", b"name=O%27Brien&city=Dublin", b"application/x-www-form-urlencoded")

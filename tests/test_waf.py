@@ -1,19 +1,26 @@
 """The WAF engine (ModSecurity v3 + OWASP CRS), sans-IO: what it blocks, what it lets through, how long it may take.
 
-These load the real engine from the libmodsecurity wheel and the real CRS from Debian's modsecurity-crs.
+These load the real engine from the libmodsecurity wheel and the real CRS: every promise is checked on both
+releases the code sets up, Debian's modsecurity-crs 3.3.4 (``crs3``) and CRS 4.28.0 (``crs4``, test data beside
+the repo: ``tests/crs_dirs.py``).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sentin8.config import Policy, WafExclusionEntry
+from sentin8.crs import FAMILIES_V4
 from sentin8.waf import (
+    LONG_VALUE,
+    RUN_MAX,
+    VALUE_MAX,
     WafEngine,
     WafExclusion,
     WafLoadError,
@@ -23,14 +30,15 @@ from sentin8.waf import (
     family,
     settings_from_policy,
 )
+from tests.crs_dirs import CRS_V3_RULES, CRS_V4_RULES, RULE_SETS, crs_copy, needs_v4
 
 QUADRATIC_BOUND_S = 0.1  # the inputs that froze the old WAF: answered within 100 ms (issue 12)
 BOUND_S = 0.5  # any request up to 64 KiB: the engine's work is linear in size (~0.3 s worst found), never more
 
 
-@pytest.fixture(scope="module")
-def engine() -> WafEngine:
-    return WafEngine(WafSettings(exclusions=(WafExclusion("legacy.test", (942100,)),)))
+@pytest.fixture(scope="module", params=RULE_SETS)
+def engine(request) -> WafEngine:
+    return WafEngine(WafSettings(exclusions=(WafExclusion("legacy.test", (942100,)),), crs_dir=request.param))
 
 
 def req(
@@ -115,10 +123,12 @@ def test_per_host_exclusion_switches_off_only_its_rules_for_its_host(engine):
     assert engine.inspect(req(b"/c?m=%3Cscript%3Ealert(1)%3C%2Fscript%3E", host="legacy.test")).blocked
 
 
-def test_paranoia_and_threshold_change_what_blocks():
+@pytest.mark.parametrize("crs_dir", RULE_SETS)
+def test_paranoia_and_threshold_change_what_blocks(crs_dir):
     mild = req(b"/search?q=" + b"a%27b" * 3)  # a few quotes: paranoia 2+ material at most
-    strict = WafEngine(WafSettings(paranoia=4, anomaly_threshold=1))
-    lax = WafEngine(WafSettings(paranoia=1, anomaly_threshold=1000))
+    strict = WafEngine(WafSettings(paranoia=4, anomaly_threshold=1, crs_dir=crs_dir))
+    lax = WafEngine(WafSettings(paranoia=1, anomaly_threshold=1000, crs_dir=crs_dir))
+    assert WafEngine(WafSettings(paranoia=1, anomaly_threshold=1, crs_dir=crs_dir)).inspect(mild).blocked is False
     assert lax.inspect(ATTACKS["query-sqli"]).blocked is False  # scored, but under the threshold
     assert lax.inspect(ATTACKS["query-sqli"]).rule_ids  # the detection is still reported
     assert strict.inspect(mild).blocked
@@ -127,6 +137,21 @@ def test_paranoia_and_threshold_change_what_blocks():
 def test_rule_families():
     assert family(942100) == "sqli" and family(941110) == "xss" and family(930120) == "lfi"
     assert family(949110) is None and family(901001) is None
+    assert family(934100) == "nodejs"  # CRS 3.3's REQUEST-934-APPLICATION-ATTACK-NODEJS
+    # CRS 4: the same ranges, 934 is REQUEST-934-APPLICATION-ATTACK-GENERIC; plugins (9500000+) have none
+    assert family(934110, FAMILIES_V4) == "generic" and family(942100, FAMILIES_V4) == "sqli"
+    assert family(922110, FAMILIES_V4) == "multipart" and family(9500100, FAMILIES_V4) is None
+
+
+@needs_v4
+def test_crs4_families_are_counted_under_names_the_counters_have():
+    from sentin8.shm.counters import NAMES
+
+    engine = WafEngine(WafSettings(crs_dir=str(CRS_V4_RULES)))
+    ssrf = engine.inspect(req(b"/fetch?url=gopher%3A%2F%2F127.0.0.1%3A6379%2F_FLUSHALL"))
+    assert ssrf.blocked and ssrf.families == ("generic",)
+    for _low, _high, name in FAMILIES_V4:
+        assert f"waf_rule_{name}" in NAMES
 
 
 def test_config_maps_to_engine_settings():
@@ -141,16 +166,22 @@ def test_config_maps_to_engine_settings():
     s = settings_from_policy(pol)
     assert (s.paranoia, s.anomaly_threshold, s.body_max, s.partial_bodies) == (2, 7, 4096, True)
     assert s.exclusions == (WafExclusion("a.test", (1, 2)),)
+    assert s.crs_dir == str(CRS_V3_RULES) and settings_from_policy(Policy(waf_crs_dir="/x/rules")).crs_dir == "/x/rules"
 
 
-def test_a_rule_set_that_does_not_load_is_a_startup_error(tmp_path):
-    (tmp_path / "REQUEST-999-BROKEN.conf").write_text('SecRule ARGS "@rx (" "id:1,phase:2,deny,nosuchaction"\n')
-    problem = check_policy(Policy(waf=True, waf_crs_dir=str(tmp_path)))
-    assert problem is not None and problem.startswith("policy.waf: REQUEST-999-BROKEN.conf:")
-    assert check_policy(Policy(waf=True, waf_crs_dir=str(tmp_path / "missing"))).startswith("policy.waf: no CRS rules")
+@pytest.mark.parametrize("crs_dir", RULE_SETS)
+def test_a_rule_set_that_does_not_load_is_a_startup_error(tmp_path, crs_dir):
+    """A real CRS with one broken file: the error names the key and the file (exit 2 at check-config and run)."""
+    rules = crs_copy(tmp_path / "crs", Path(crs_dir))
+    (rules / "REQUEST-999-BROKEN.conf").write_text('SecRule ARGS "@rx (" "id:1,phase:2,deny,nosuchaction"\n')
+    problem = check_policy(Policy(waf=True, waf_crs_dir=str(rules)))
+    assert problem is not None and problem.startswith("policy.waf_crs_dir: REQUEST-999-BROKEN.conf:"), problem
+    missing = check_policy(Policy(waf=True, waf_crs_dir=str(tmp_path / "missing")))
+    assert missing.startswith("policy.waf_crs_dir: no CRS rules")
     assert check_policy(Policy(waf=False, waf_crs_dir="/nowhere")) is None  # off: nothing to load
-    with pytest.raises(WafLoadError):
-        WafEngine(WafSettings(paranoia=5))
+    with pytest.raises(WafLoadError) as err:
+        WafEngine(WafSettings(paranoia=5, crs_dir=crs_dir))
+    assert err.value.key == "waf_paranoia"
 
 
 def _cpu(engine: WafEngine, r: WafRequest) -> tuple[float, bool]:
@@ -175,6 +206,95 @@ def test_pathological_inputs_take_bounded_time(engine, name):
     cpu, _ = _cpu(engine, PATHOLOGICAL[name])
     bound = BOUND_S if name.startswith("128kib") else QUADRATIC_BOUND_S
     assert cpu < bound, f"{name}: {cpu * 1000:.0f} ms of CPU"
+
+
+NEAR_CAP = VALUE_MAX - 16  # room for the name and the syntax around the value
+NEAR_CAP_BOUND_S = 0.2  # measured: <= 65 ms with CRS 4.28 (941160 rescans quote runs), <= 11 ms with 3.3
+NEAR_CAP_INPUTS = {  # a value just under the cap, made of what CRS 4's costliest regex rescans for
+    "target-quotes": req(b"/?q=" + b"'" * NEAR_CAP),
+    "path-tags": req(b"/" + b"<a" * (NEAR_CAP // 2)),
+    "cookie-quotes": req(headers=[(b"Cookie", b"a=" + b"'" * NEAR_CAP)]),
+    "user-agent-quotes": req(headers=[(b"User-Agent", b"'or" * (NEAR_CAP // 3))]),
+    "referer-quotes": req(headers=[(b"Referer", b'"' * NEAR_CAP)]),
+    "argument-name-quotes": req(b"/f", b"POST", body=b"'" * NEAR_CAP + b"=1", content_type=FORM),
+}
+
+
+@pytest.mark.parametrize("name", list(NEAR_CAP_INPUTS))
+def test_values_just_under_the_cap_take_bounded_time(engine, name):
+    cpu, _ = _cpu(engine, NEAR_CAP_INPUTS[name])
+    assert cpu < NEAR_CAP_BOUND_S, f"{name}: {cpu * 1000:.0f} ms of CPU"
+
+
+@pytest.mark.parametrize("name", ["65kb-url-slash-star", "65kb-url-comment", "64kib-user-agent", "64kib-cookie"])
+def test_values_over_the_cap_are_refused_before_the_crs_runs(engine, name):
+    """Over VALUE_MAX a target, cookie, User-Agent or Referer is refused by rule 200006 in phase 1, alone."""
+    verdict = engine.inspect(PATHOLOGICAL[name])
+    assert verdict.blocked and verdict.status == 403 and verdict.rule_ids == (200006,), verdict
+    assert verdict.families == ("oversize",)
+    long_name = engine.inspect(req(b"/f", b"POST", body=b"x" * (VALUE_MAX + 1) + b"=1", content_type=FORM))
+    assert long_name.blocked and long_name.rule_ids == (200007,)
+    at_cap = engine.inspect(req(headers=[(b"Cookie", b"a=" + b"x" * VALUE_MAX)]))
+    assert not at_cap.blocked  # the cap itself passes: ``@gt``
+
+
+def _dense(n: int, run: int, opener: bytes = b"'") -> bytes:
+    """``n`` bytes of ``opener`` in runs of ``run`` characters, a space (``+``) after each run."""
+    return ((opener * run)[:run] + b"+") * (n // (run + 1))
+
+
+DENSE = {  # what CRS 4's 941160 rescans: a quote or tag opener, then no whitespace or slash for a long way
+    "form-quotes": req(b"/f", b"POST", body=b"a=" + b"'" * 131_000, content_type=FORM),
+    "form-entities": req(b"/f", b"POST", body=b"a=" + b"%26%2339%3B" * 11_000, content_type=FORM),
+    "json-quotes": req(b"/api", b"POST", body=b'{"a": "' + b"\\u0027" * 20_000 + b'"}', content_type=JSON),
+    "multipart-quotes": req(b"/up", b"POST", body=multipart(b'"' * 65_000)[0], content_type=multipart(b"")[1]),
+    "form-tags": req(b"/f", b"POST", body=b"a=" + _dense(131_000, RUN_MAX + 2, b"<a"), content_type=FORM),
+}
+
+
+@pytest.mark.parametrize("name", list(DENSE))
+def test_values_too_costly_to_inspect_are_refused_at_once(engine, name):
+    """With CRS 4 these cost 2-10 s of CPU each; rule 200008 finds them in linear time and refuses them."""
+    cpu, _ = _cpu(engine, DENSE[name])
+    verdict = engine.inspect(DENSE[name])
+    assert verdict.blocked and verdict.rule_ids == (200008,) and verdict.families == ("oversize",), verdict
+    assert cpu < QUADRATIC_BOUND_S, f"{name}: {cpu * 1000:.0f} ms of CPU"
+
+
+# the costliest shapes 200008 lets through, at 64 KiB: runs just under RUN_MAX, values just under LONG_VALUE
+UNDER_THE_GUARD = {
+    "runs-under-run-max": req(b"/f", b"POST", body=b"a=" + _dense(65_000, RUN_MAX - 2), content_type=FORM),
+    "values-under-long-value": req(
+        b"/f", b"POST", body=b"&".join(b"f%d=" % i + b"'" * (LONG_VALUE - 96) for i in range(16)), content_type=FORM
+    ),
+    "json-values-under-long-value": req(
+        b"/api",
+        b"POST",
+        body=b"{" + b",".join(b'"f%d":"' % i + b"'" * (LONG_VALUE - 96) + b'"' for i in range(16)) + b"}",
+        content_type=JSON,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(UNDER_THE_GUARD))
+def test_costly_shapes_under_the_guard_stay_within_the_bound(engine, name):
+    cpu, _ = _cpu(engine, UNDER_THE_GUARD[name])
+    assert 200008 not in engine.inspect(UNDER_THE_GUARD[name]).rule_ids
+    assert cpu < BOUND_S, f"{name}: {cpu * 1000:.0f} ms of CPU"
+
+
+def test_long_ordinary_values_are_not_refused_by_the_guard(engine):
+    """Long text with quotes, base64 and a compact JSON string value: inspected, not refused as too costly."""
+    prose = b"It%27s+%22quoted%22+and+%3Cb%3Ebold%3C%2Fb%3E%2C+isn%27t+it%3F+" * 800  # 40 KiB, words and quotes
+    b64 = b"iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk%2BM9QDwADhgGAWjR9awAAAABJRU5ErkJggg" * 400
+    compact = b'{"payload": "' + b'{\\"type\\":\\"block_actions\\",\\"id\\":\\"U1\\"}' * 20 + b'"}'  # < LONG_VALUE
+    for r in (
+        req(b"/post", b"POST", body=b"body=" + prose, content_type=FORM),
+        req(b"/img", b"POST", body=b"data=" + b64, content_type=FORM),
+        req(b"/hook", b"POST", body=compact, content_type=JSON),
+    ):
+        verdict = engine.inspect(r)
+        assert 200008 not in verdict.rule_ids, verdict
 
 
 _FRAGMENTS = st.sampled_from(
@@ -205,7 +325,7 @@ def test_fuzzed_inputs_stay_within_the_bound(engine, where, parts, repeat):
 
 def test_inspection_releases_the_gil(engine):
     """A big inspection on one thread leaves the others running: what lets the event loop go on serving."""
-    big = PATHOLOGICAL["64kib-user-agent"]
+    big = PATHOLOGICAL["128kib-form"]  # inspected in full (a 64 KiB header is now refused at once)
     ticks = 0
     stop = threading.Event()
 

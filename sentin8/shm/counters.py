@@ -116,7 +116,7 @@ NAMES: tuple[str, ...] = (
     "upstream_interim_refused",  # interim (1xx) responses over their count or bytes: 502
     "body_too_large",  # 413: a request body over limits.max_request_body_bytes (declared or streamed)
     "chunk_size_invalid",  # 400: a chunk size over 2^63 - 1
-    # WAF (issue 12): inspections, refusals, and matched CRS rules by family (sentin8.waf.FAMILIES)
+    # WAF (issue 12): inspections, refusals, and matched CRS rules by family (sentin8.crs.FAMILIES)
     "waf_inspected",
     "waf_offloaded",
     "waf_errors",
@@ -132,12 +132,14 @@ NAMES: tuple[str, ...] = (
     "waf_rule_rfi",
     "waf_rule_rce",
     "waf_rule_php",
-    "waf_rule_nodejs",
+    "waf_rule_nodejs",  # CRS 3.3's 934 (NODEJS)
+    "waf_rule_generic",  # CRS 4's 934 (GENERIC: Node.js, SSRF, prototype pollution, template injection...)
     "waf_rule_xss",
     "waf_rule_sqli",
     "waf_rule_session_fixation",
     "waf_rule_java",
     "waf_rule_body_parse",
+    "waf_rule_oversize",  # a value too long (or too costly) to inspect: sentin8.waf VALUE_MAX, RUN_MAX
     # caps and fail-fast (issue 12): every refusal by kind, and the breakers' transitions
     "refused_conn_cap_l7",
     "refused_conn_cap_l4",

@@ -1,0 +1,209 @@
+"""The OWASP Core Rule Set on disk: which release a rules directory holds, the set-up that release needs, and
+the files to load in the order its documentation gives. Sans-IO but for reading the files it is pointed at.
+
+The proxy writes the CRS set-up itself, from the ``policy.waf_*`` keys, instead of loading a ``crs-setup.conf``:
+one place for the paranoia level and the threshold, checked like every other key. The set-up's variable names
+changed between the two releases in use, so the release is read from the rules first:
+
+- **3.3.x** (Debian 12's ``modsecurity-crs``): ``tx.paranoia_level``; ``tx.crs_setup_version=334`` for 3.3.4.
+  REQUEST-910 (IP reputation) is left out: it needs GeoIP and an RBL lookup, which the engine here lacks.
+- **4.x** (the current line, installed by the operator): ``tx.blocking_paranoia_level`` and
+  ``tx.detection_paranoia_level``, ``tx.crs_setup_version=4280`` for 4.28.0 (CRS's own convention: the version's
+  digits run together). REQUEST-901 of v4 refuses every request (901001, status 500) without a
+  ``crs_setup_version`` and initialises every other variable it needs itself. v4 has no IP reputation (910 and
+  912 moved out to plugins), no GeoIP and no RBL rules: every operator it uses is in the engine. Plugins live in
+  ``plugins/`` beside ``rules/`` and load as CRS documents: ``*-config.conf``, ``*-before.conf``, the rules,
+  ``*-after.conf``.
+
+The release is read from REQUEST-901's ``SecComponentSignature "OWASP_CRS/x.y.z"`` (what the rules the engine
+loads say they are), else from the ``ver:'OWASP_CRS/x.y.z'`` tags of that file, else from the
+``crs-setup.conf.example`` beside the directory (its ``OWASP CRS ver.x.y.z`` header or tags). A rule file that
+carries another major release's tags is refused: a directory mixing two releases loads but scores nonsense.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import re
+from dataclasses import dataclass
+
+INIT_FILE = "REQUEST-901-INITIALIZATION.conf"
+SETUP_EXAMPLE = "crs-setup.conf.example"
+LEFT_OUT_V3 = ("REQUEST-910-IP-REPUTATION.conf",)  # needs GeoIP and RBL lookups
+# The operator's own exclusions made from RESPONSE-999-...conf.example: configure-time directives
+# (SecRuleRemoveById...) that CRS places after every rule file. The other RESPONSE-* files are not loaded:
+# responses are not inspected.
+AFTER_RULES = "RESPONSE-999-EXCLUSION-RULES-AFTER-CRS.conf"
+OUTBOUND_THRESHOLD = 4  # the CRS default; unused while responses are not inspected, but 901 expects it set
+
+_SIGNATURE = re.compile(rb'^\s*SecComponentSignature\s+"OWASP_CRS/(\d+)\.(\d+)\.(\d+)"', re.M)
+_TAG = re.compile(rb"ver:'OWASP_CRS/(\d+)\.(\d+)\.(\d+)'")
+_HEADER = re.compile(rb"OWASP CRS ver\.(\d+)\.(\d+)\.(\d+)")
+
+
+class CrsError(Exception):
+    """The directory is not a CRS this code can set up; the message says why (``policy.waf_crs_dir`` is the key)."""
+
+
+@dataclass(frozen=True, order=True)
+class CrsVersion:
+    major: int
+    minor: int
+    patch: int
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}.{self.patch}"
+
+    @property
+    def setup_version(self) -> int:
+        """``tx.crs_setup_version`` as the release's own crs-setup.conf.example writes it: 3.3.4 -> 334."""
+        return int(f"{self.major}{self.minor}{self.patch}")
+
+    @property
+    def known(self) -> bool:
+        return (self.major, self.minor) == (3, 3) or self.major == 4
+
+
+KNOWN = "3.3.x and 4.x"
+
+
+@dataclass(frozen=True)
+class CrsLayout:
+    """What to load for one rules directory: the release, then the files in order around the set-up."""
+
+    version: CrsVersion
+    plugins_config: tuple[str, ...]  # before the rules: tx variables plugins read (after the set-up)
+    plugins_before: tuple[str, ...]
+    rules: tuple[str, ...]  # REQUEST-*.conf, then the operator's RESPONSE-999 exclusions when present
+    plugins_after: tuple[str, ...]
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _version_in(text: bytes, first: re.Pattern[bytes] | None = None) -> CrsVersion | None:
+    """The version ``first`` names, else the one most of the text's ``ver:`` tags carry."""
+    found = first.search(text) if first is not None else None
+    if found is not None:
+        return CrsVersion(*map(int, found.groups()))
+    tags = collections.Counter(_TAG.findall(text))
+    if not tags:
+        return None
+    return CrsVersion(*map(int, tags.most_common(1)[0][0]))
+
+
+def detect_version(rules_dir: str) -> CrsVersion:
+    """The CRS release in ``rules_dir`` (see the module docstring for where it is read); CrsError if none."""
+    init = _read(os.path.join(rules_dir, INIT_FILE))
+    if init is None:
+        raise CrsError(f"{rules_dir} has no {INIT_FILE}: not an OWASP CRS rules directory")
+    version = _version_in(init, _SIGNATURE)
+    if version is None:
+        example = _read(os.path.join(os.path.dirname(os.path.normpath(rules_dir)), SETUP_EXAMPLE))
+        version = _version_in(example, _HEADER) if example is not None else None
+    if version is None:
+        raise CrsError(f"cannot tell the CRS version of {rules_dir} (no OWASP_CRS signature or ver: tag)")
+    return version
+
+
+def _major_mismatch(path: str, major: int) -> int | None:
+    text = _read(path) or b""
+    majors = {int(m) for m, _minor, _patch in _TAG.findall(text)}
+    return next((m for m in sorted(majors) if m != major), None)
+
+
+def plugins_dir(rules_dir: str) -> str:
+    """Where CRS v4 plugins live: ``plugins/`` beside ``rules/``."""
+    return os.path.join(os.path.dirname(os.path.normpath(rules_dir)), "plugins")
+
+
+def layout(rules_dir: str) -> CrsLayout:
+    """The release and the files to load; CrsError for no rules, an unknown release or a mixed directory."""
+    rules = sorted(glob.glob(os.path.join(glob.escape(rules_dir), "REQUEST-*.conf")))
+    if not rules:
+        raise CrsError(f"no CRS rules (REQUEST-*.conf) in {rules_dir}")
+    version = detect_version(rules_dir)
+    if not version.known:
+        raise CrsError(f"{rules_dir} holds CRS {version}; this release sets up CRS {KNOWN}")
+    if version.major == 3:
+        rules = [f for f in rules if os.path.basename(f) not in LEFT_OUT_V3]
+    after = os.path.join(rules_dir, AFTER_RULES)
+    if os.path.isfile(after):
+        rules.append(after)
+    for path in rules:
+        other = _major_mismatch(path, version.major)
+        if other is not None:
+            raise CrsError(
+                f"{os.path.basename(path)} is CRS {other}.x but {INIT_FILE} is CRS {version}: one release per directory"
+            )
+    pdir = glob.escape(plugins_dir(rules_dir))
+    kinds = ("config", "before", "after")
+    plugins = {kind: tuple(sorted(glob.glob(os.path.join(pdir, f"*-{kind}.conf")))) for kind in kinds}
+    if version.major == 3 and any(plugins.values()):
+        raise CrsError(f"{plugins_dir(rules_dir)} holds CRS plugins, which need CRS 4; these rules are CRS {version}")
+    return CrsLayout(version, plugins["config"], plugins["before"], tuple(rules), plugins["after"])
+
+
+# CRS rule-id ranges -> attack family, for counters (one counter per family, not per rule). The ranges are the
+# rule files' numbers, the same in 3.3 and 4.x; 934 is "NODEJS" in 3.3 and "GENERIC" in 4.x (Node.js, SSRF,
+# prototype pollution, template injection...), so it is counted under the name of the file it comes from.
+FAMILIES: tuple[tuple[int, int, str], ...] = (
+    (911000, 911999, "method"),
+    (913000, 913999, "scanner"),
+    (920000, 920999, "protocol"),
+    (921000, 921999, "protocol_attack"),
+    (922000, 922999, "multipart"),
+    (930000, 930999, "lfi"),
+    (931000, 931999, "rfi"),
+    (932000, 932999, "rce"),
+    (933000, 933999, "php"),
+    (934000, 934999, "nodejs"),
+    (941000, 941999, "xss"),
+    (942000, 942999, "sqli"),
+    (943000, 943999, "session_fixation"),
+    (944000, 944999, "java"),
+    (200006, 200008, "oversize"),  # the engine directives' own rules (sentin8.waf): a value too long to inspect
+    (200000, 200999, "body_parse"),  # the others: a body that does not parse, the PCRE match limit
+)
+FAMILIES_V4 = tuple((lo, hi, "generic" if lo == 934000 else name) for lo, hi, name in FAMILIES)
+
+
+def families_of(version: CrsVersion) -> tuple[tuple[int, int, str], ...]:
+    return FAMILIES_V4 if version.major >= 4 else FAMILIES
+
+
+def family(rule_id: int, families: tuple[tuple[int, int, str], ...] = FAMILIES) -> str | None:
+    """The attack family of a CRS rule id (``942100`` -> ``sqli``); None for bookkeeping rules (901, 949...),
+    plugins (9500000+) and the per-host exclusions."""
+    for low, high, name in families:
+        if low <= rule_id <= high:
+            return name
+    return None
+
+
+def setup_directives(version: CrsVersion, paranoia: int, threshold: int) -> str:
+    """The crs-setup.conf equivalent for ``version``: default actions, paranoia, anomaly thresholds, setup version.
+
+    Ids 900000-900990 are the ones CRS's own crs-setup.conf.example uses for the same settings."""
+    defaults = 'SecDefaultAction "phase:1,log,auditlog,pass"\nSecDefaultAction "phase:2,log,auditlog,pass"\n'
+    head = "phase:1,pass,t:none,nolog"
+    tag = f"tag:'OWASP_CRS',ver:'OWASP_CRS/{version}'"
+    if version.major == 3:
+        paranoia_vars = f"setvar:tx.paranoia_level={paranoia}"
+    else:
+        # detection = blocking: every rule that runs may block (CRS's default; no log-only extra level)
+        paranoia_vars = f"setvar:tx.blocking_paranoia_level={paranoia},setvar:tx.detection_paranoia_level={paranoia}"
+    return (
+        defaults
+        + f'SecAction "id:900000,{head},{tag},{paranoia_vars}"\n'
+        + f'SecAction "id:900110,{head},{tag},setvar:tx.inbound_anomaly_score_threshold={threshold},'
+        f'setvar:tx.outbound_anomaly_score_threshold={OUTBOUND_THRESHOLD}"\n'
+        + f'SecAction "id:900990,{head},{tag},setvar:tx.crs_setup_version={version.setup_version}"\n'
+    )
