@@ -16,7 +16,7 @@ import httptools
 import pytest
 import uvloop
 
-from sentin8 import routing
+from sentin8 import refusals, routing
 from sentin8.config import Config, Limits, Policy, Upstream
 from sentin8.http.framing import websocket_accept
 from sentin8.policy import EdgePolicy, Verdict, rate_limit_headers
@@ -261,6 +261,10 @@ class Ctx:
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] += n
+
+    def refused(self, refusal: refusals.Refusal) -> None:
+        for name in refusal.names:  # the counter names the worker's counters add to (sentin8.refusals)
+            self.counters[name] += 1
 
     def service_id(self, service: str) -> int:
         return 1
@@ -1488,7 +1492,7 @@ def test_websocket_101_without_the_right_accept_is_502(start, backend, path):
 def _limit_paths(proxy: Proxy, *paths: bytes) -> None:
     def policy(info: RequestInfo) -> Verdict | None:
         if info.path in paths:
-            return Verdict(429, "policy_rate_limit", rate_limit_headers(2.0, 0), keep_alive=True)
+            return Verdict(429, refusals.RATE_LIMIT, rate_limit_headers(2.0, 0), keep_alive=True)
         return None
 
     proxy.ctx.policy_fn = policy

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sentin8 import refusals
 from sentin8.http.framing import RequestHead, request_head
 from sentin8.http.headers import Header, forward_headers, passthrough_headers
 
@@ -34,7 +35,7 @@ def admit(ex: Exchange, bridge: L7Bridge, head: RequestHead) -> tuple[bytes, byt
         return None
     if ctx.overloaded():
         # fail fast instead of queueing (rsx-gateway): the client may retry in a second, on this connection
-        ctx.count("refused_inflight")
+        ctx.refused(refusals.INFLIGHT_CAP)
         ex.respond_local(503, [(b"Retry-After", b"1")], keep_alive=True)
         return None
     is_acme = head.path.startswith(ACME_PREFIX)
@@ -73,10 +74,11 @@ def admit(ex: Exchange, bridge: L7Bridge, head: RequestHead) -> tuple[bytes, byt
             RequestInfo(head.method, head.target, head.path, host, bridge.client_ip, route, head.headers, bridge.scheme)
         )
         if verdict is not None:
-            ctx.count("policy_blocked")
             if isinstance(verdict, int):
+                ctx.refused(refusals.POLICY_OTHER)
                 ex.respond_error(verdict)
             else:
+                ctx.refused(verdict.refusal)
                 ex.respond_local(verdict.status, verdict.headers, keep_alive=verdict.keep_alive)
             return None
         headers, corr = forward_headers(

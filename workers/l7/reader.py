@@ -14,6 +14,7 @@ import logging
 
 import httptools
 
+from sentin8 import refusals
 from sentin8.http.framing import HeaderBudget, HeadError, request_line_is_http, validate_request
 
 from . import deadline, flow
@@ -134,7 +135,11 @@ class RequestReader:
             ex.client_body_end()
 
     def _reject(self, status: int) -> None:
-        """Stop parsing; answer ``status`` (after whatever is in flight) and close."""
+        """Stop parsing; answer ``status`` (after whatever is in flight) and close. A cap (431, 414) is a
+        policy block, counted here where it is decided, not by the status answered (a backend's 431 is none)."""
+        refusal = refusals.for_head_status(status)
+        if refusal is not None:
+            self.ctx.refused(refusal)
         self._read.pause(flow.STOPPED)
         self._deadline.disarm_if(deadline.HEADER)
         req = self._req
