@@ -17,7 +17,8 @@ import httptools
 from sentin8 import refusals
 from sentin8.http.framing import HeaderBudget, HeadError, request_line_is_http, validate_request
 
-from . import deadline, flow
+from .. import deadline
+from . import flow
 from .contract import L7Context
 from .request import Request, Stop
 
