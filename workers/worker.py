@@ -21,7 +21,8 @@ from OpenSSL import SSL
 from sentin8 import lifecycle, refusals, routing, session_tickets, tls
 from sentin8.backends import Backends
 from sentin8.breaker import BreakerRules
-from sentin8.certstore import CertStore, ServerCert, store_dirname
+from sentin8.certpair import ServerCert
+from sentin8.certstore import CertStore, store_dirname
 from sentin8.config import Config
 from sentin8.eventlog import event
 from sentin8.holds import Hold, OpenConnections
