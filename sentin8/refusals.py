@@ -3,8 +3,9 @@
 A refusal is counted under its own name (``refused_inflight``, ``policy_waf``, ...) when it has one. When it is
 a **policy block** (the edge refusing by one of its own rules: the rate, the WAF, a cap on the head or on
 connections or requests, the sources a port admits), it is also counted under ``policy_block_<kind>`` and in the
-total ``policy_blocked``. A malformed request (400) or a backend that cannot answer (502, 503, an open breaker)
-is no policy block: the client did nothing a rule forbids.
+total ``policy_blocked``. A malformed request or ClientHello (400, a peek refusal), a name the edge does not
+route (421, an unknown SNI) or a backend that cannot answer (502, 503, an open breaker) is no policy block: the
+client broke no rule of the edge's, and those keep their own counters.
 
 ``counted_as`` is that rule, and ``Refusal`` resolves it once, where the refusal is defined, to the counter words
 it adds; every refusal path counts through ``WorkerCounters.refused`` (``L7Context.refused`` in the bridge). So
