@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 
-from sentin8.certstore import self_signed_mldsa65
+from sentin8.certpair import self_signed_mldsa65
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from . import breaker
+from . import breaker, refusals
 from .eventlog import event
+from .refusals import Refusal
 from .routing import Instance, Route, RoutingTable
 from .selection import Selector
 
@@ -25,6 +26,7 @@ class RoutesSource(Protocol):
 
 class Counters(Protocol):
     def inc(self, name: str, n: int = 1) -> None: ...
+    def refused(self, refusal: Refusal) -> None: ...
 
 
 class Breakers(Protocol):
@@ -91,7 +93,7 @@ class Backends:
             if len(allowed) != len(order):
                 self._counters.inc("breaker_skipped", len(order) - len(allowed))
                 if not allowed:
-                    self._counters.inc("refused_breaker_open")  # fail fast: every instance's breaker is open
+                    self._counters.refused(refusals.BREAKER_OPEN)  # fail fast: every instance's breaker is open
                 order = allowed
         return order
 

@@ -12,8 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from . import tokenbucket
+from . import refusals, tokenbucket
 from .config import Policy
+from .refusals import Refusal
 from .shm.ratelimit import BucketTable
 from .waf import WafEngine, WafSettings, settings_from_policy
 
@@ -21,22 +22,30 @@ Header = tuple[bytes, bytes]
 
 
 class Verdict:
-    """A refusal: the status to answer, the counter it is counted under, and headers for the answer.
+    """A refusal: the status to answer, what it counts as (a ``sentin8.refusals.Refusal``, counted by the bridge
+    that answers it), and headers for the answer.
 
     ``keep_alive`` says the connection may serve the client's next request (a 429 must not cost a well-behaved
     client a new TLS handshake); other refusals close it.
     """
 
-    __slots__ = ("counter", "headers", "keep_alive", "status")
+    __slots__ = ("headers", "keep_alive", "refusal", "status")
 
-    def __init__(self, status: int, counter: str, headers: list[Header] | None = None, keep_alive: bool = False):
+    def __init__(
+        self, status: int, refusal: Refusal, headers: list[Header] | None = None, keep_alive: bool = False
+    ) -> None:
         self.status = status
-        self.counter = counter
+        self.refusal = refusal
         self.headers = headers or []
         self.keep_alive = keep_alive
 
+    @property
+    def counter(self) -> str | None:
+        """The refusal's own counter name."""
+        return self.refusal.name
+
     def __repr__(self) -> str:
-        return f"Verdict({self.status}, {self.counter!r})"
+        return f"Verdict({self.status}, {self.refusal!r})"
 
 
 def rate_limit_key(kind: str, client_ip: str, host: str) -> str:
@@ -90,7 +99,7 @@ class EdgePolicy:
         ok, tokens_u, _ = self.buckets.decide(key, self._clock_us, cfg.rate_limit_rps, cfg.rate_limit_burst)
         if ok:
             return None
-        return Verdict(429, "policy_rate_limit", rate_limit_headers(cfg.rate_limit_rps, tokens_u), keep_alive=True)
+        return Verdict(429, refusals.RATE_LIMIT, rate_limit_headers(cfg.rate_limit_rps, tokens_u), keep_alive=True)
 
     def check(self, client_ip: str, host: str, target: bytes) -> Verdict | None:
         """The decisions made on the request head alone (the WAF waits for the body: ``waf_engine``)."""

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 
 from OpenSSL import SSL, crypto
 
-from sentin8.certstore import CertStore, ServerCert
+from sentin8.certpair import ServerCert
+from sentin8.certstore import CertStore
 
 if TYPE_CHECKING:
     from sentin8.session_tickets import TicketSealer

@@ -150,7 +150,7 @@ class Arbiter:
         from workers.listener import bind_reuseport
 
         if self.cfg.listen.mgmt:  # a config error like the others: before anything binds
-            from sentin8.mgmt.auth import load_secret
+            from sentin8.mgmt.credentials import load_secret  # no PyJWT: every worker is forked from here
 
             try:
                 self.mgmt_secret = load_secret(self.cfg.mgmt, os.environ)
@@ -293,7 +293,7 @@ class Arbiter:
     def _spawn_mgmt(self) -> None:
         from workers.listener import bind_reuseport
 
-        from .mgmt import MgmtProcess
+        from .mgmt import MgmtProcess  # the web stack once, here: a respawn only forks (no PyJWT: see its run)
 
         if self.mgmt_sock is None:  # deferred beside a running fleet: retried each second until it lets go
             try:

@@ -21,7 +21,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from sentin8.config import Mgmt, load_file
-from sentin8.mgmt.auth import ALL_SCOPES, mint, new_secret
+from sentin8.mgmt.auth import mint
+from sentin8.mgmt.credentials import ALL_SCOPES, new_secret
 
 DEMO_HOST = "demo.sentin8.test"
 DEMO_TOKEN_TTL_S = 12 * 3600

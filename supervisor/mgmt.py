@@ -26,7 +26,6 @@ import uvloop
 
 from sentin8.config import Config
 from sentin8.mgmt.app import MgmtApp
-from sentin8.mgmt.auth import Verifier
 from sentin8.mgmt.policy_admin import PolicyAdmin
 from sentin8.shm.state import SharedState
 
@@ -94,6 +93,8 @@ class MgmtProcess:
             pass
         policy = PolicyAdmin(self.cfg.policy, self.cfg.tls.state_dir, self.shared.policy_reader(),
                              self.shared.policy_writer())
+        from sentin8.mgmt.auth import Verifier  # PyJWT in this process only (sentin8.mgmt.credentials says why)
+
         verifier = Verifier(self.secret, self.cfg.mgmt, jtis=self.shared.jti_tracker())
         app = MgmtApp(self.cfg, self.shared, verifier, policy).starlette()
         stopping = asyncio.Event()

@@ -17,7 +17,7 @@ import urllib.request
 from typing import Any
 
 from sentin8.config import Config, ConfigError, load_file
-from sentin8.mgmt import auth
+from sentin8.mgmt import credentials
 
 TOKEN_ENV = "SENTIN8_MGMT_TOKEN"
 URL_ENV = "SENTIN8_MGMT_URL"
@@ -48,7 +48,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         " config file's value")
     p.add_argument("--reset", action="store_true", help="back to the config file's values")
     p = sub.add_parser("token", parents=[common], help="mint a token from the local secret (operators on the box)")
-    p.add_argument("--scope", action="append", default=[], help=f"repeatable; one of {', '.join(auth.ALL_SCOPES)}")
+    scopes = ", ".join(credentials.ALL_SCOPES)
+    p.add_argument("--scope", action="append", default=[], help=f"repeatable; one of {scopes}")
     p.add_argument("--ttl", type=float, default=3600, help="seconds (default 3600)")
     p.add_argument("--sub", default=os.environ.get("USER") or "operator", help="who the token speaks for")
 
@@ -79,10 +80,18 @@ def _token(cfg: Config, scope: str) -> str:
     if token:
         return token
     try:
-        secret = auth.load_secret(cfg.mgmt, os.environ)
+        secret = credentials.load_secret(cfg.mgmt, os.environ)
     except ConfigError:
         raise CliError(f"no token: set {TOKEN_ENV} (sentin8-proxy token --scope {scope})") from None
-    return auth.mint(secret, cfg.mgmt, [scope], SELF_TOKEN_TTL_S, sub=os.environ.get("USER") or "operator")
+    return _mint(secret, cfg, [scope], SELF_TOKEN_TTL_S, sub=os.environ.get("USER") or "operator")
+
+
+def _mint(secret: bytes, cfg: Config, scopes: list[str], ttl_s: float, sub: str) -> str:
+    # PyJWT is imported here only: this module is imported for every command, ``run`` too, whose supervisor
+    # forks the workers, and they never handle a token.
+    from sentin8.mgmt.auth import mint
+
+    return mint(secret, cfg.mgmt, scopes, ttl_s, sub=sub)
 
 
 def _call(base: str, method: str, path: str, token: str | None = None, body: Any = None) -> tuple[int, Any]:
@@ -155,16 +164,16 @@ def _run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     if args.command == "token":
         try:
-            secret = auth.load_secret(cfg.mgmt, os.environ)
+            secret = credentials.load_secret(cfg.mgmt, os.environ)
         except ConfigError as exc:
             raise CliError(str(exc)) from None
-        scopes = [s for item in args.scope for s in item.split()] or list(auth.ALL_SCOPES)
-        unknown = [s for s in scopes if s not in auth.ALL_SCOPES]
+        scopes = [s for item in args.scope for s in item.split()] or list(credentials.ALL_SCOPES)
+        unknown = [s for s in scopes if s not in credentials.ALL_SCOPES]
         if unknown:
-            raise CliError(f"--scope: unknown scope {unknown[0]!r} (known: {', '.join(auth.ALL_SCOPES)})")
+            raise CliError(f"--scope: unknown scope {unknown[0]!r} (known: {', '.join(credentials.ALL_SCOPES)})")
         if not 0 < args.ttl <= 30 * 86400:
             raise CliError("--ttl: must be within 0..2592000 seconds")
-        print(auth.mint(secret, cfg.mgmt, scopes, args.ttl, sub=args.sub))
+        print(_mint(secret, cfg, scopes, args.ttl, sub=args.sub))
         return 0
     base = _base_url(args, cfg)
     if args.command == "status":
@@ -181,7 +190,7 @@ def _run(args: argparse.Namespace) -> int:
                   + ", ".join(f"{k} {v}" for k, v in body["instances"].items()))
         return 0 if status == 200 else 3
     if args.command == "backends":
-        body = _check(*_call(base, "GET", "/backends", _token(cfg, auth.SCOPE_BACKENDS)))
+        body = _check(*_call(base, "GET", "/backends", _token(cfg, credentials.SCOPE_BACKENDS)))
         if args.json:
             print(json.dumps(body, indent=2))
             return 0
@@ -201,7 +210,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.service:
             query["service"] = args.service
         path = "/mappings?" + urllib.parse.urlencode(query)
-        body = _check(*_call(base, "GET", path, _token(cfg, auth.SCOPE_MAPPINGS)))
+        body = _check(*_call(base, "GET", path, _token(cfg, credentials.SCOPE_MAPPINGS)))
         if args.json:
             print(json.dumps(body, indent=2))
             return 0
@@ -215,7 +224,7 @@ def _run(args: argparse.Namespace) -> int:
     # policy
     if args.set and args.reset:
         raise CliError("policy: --set and --reset together")
-    token = _token(cfg, auth.SCOPE_POLICY)
+    token = _token(cfg, credentials.SCOPE_POLICY)
     if args.reset:
         body = _check(*_call(base, "DELETE", "/policy", token))
     elif args.set:

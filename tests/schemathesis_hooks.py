@@ -8,7 +8,8 @@ import os
 import schemathesis
 
 from sentin8.config import Mgmt
-from sentin8.mgmt.auth import ALL_SCOPES, mint
+from sentin8.mgmt.auth import mint
+from sentin8.mgmt.credentials import ALL_SCOPES
 
 
 @schemathesis.auth(refresh_interval=None)

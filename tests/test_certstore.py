@@ -21,16 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from cryptography.x509.oid import NameOID
 
-from sentin8.certstore import (
-    FULLCHAIN,
-    PRIVKEY,
-    CertStore,
-    UnusableCertificate,
-    normalize_hostname,
-    parse_pair,
-    self_signed_mldsa65,
-    write_pair,
-)
+from sentin8.certpair import FULLCHAIN, PRIVKEY, UnusableCertificate, parse_pair, self_signed_mldsa65, write_pair
+from sentin8.certstore import CertStore, normalize_hostname
 
 HOUR = 3600.0
 
@@ -256,7 +248,7 @@ def test_bootstrap_generated_with_safe_files(store: CertStore, tmp_path: Path) -
     boot = store.bootstrap()
     assert boot.bootstrap and boot.name == "bootstrap"
     assert boot.not_after - boot.not_before == pytest.approx(24 * HOUR, abs=1)
-    assert store.bootstrap_generated == 1
+    assert store.bootstrap_cert.generated == 1
     d = tmp_path / "state" / "bootstrap"
     assert stat.S_IMODE(os.stat(d / PRIVKEY).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
@@ -272,7 +264,7 @@ def test_bootstrap_reused_across_restarts(tmp_path: Path, clock: Clock) -> None:
     clock.wall += 12 * HOUR  # half its life left: still reused
     again = new_store()
     assert again.bootstrap().fingerprint == first.fingerprint
-    assert again.bootstrap_generated == 0 and again.bootstrap_loaded == 1
+    assert again.bootstrap_cert.generated == 0 and again.bootstrap_cert.loaded == 1
 
 
 def test_bootstrap_renewed_when_less_than_a_quarter_remains(tmp_path: Path, clock: Clock) -> None:
@@ -291,7 +283,7 @@ def test_bootstrap_renewed_when_less_than_a_quarter_remains(tmp_path: Path, cloc
     renewed = store.bootstrap()
     assert renewed.fingerprint != first.fingerprint
     assert renewed.not_after >= start + 76 + 99
-    assert store.bootstrap_generated == 2
+    assert store.bootstrap_cert.generated == 2
     # The renewed pair is what the next restart (or a sibling worker) picks up.
     sibling = CertStore(tmp_path / "certs", tmp_path / "state", bootstrap_validity_s=100, clock=clock.time)
     assert sibling.bootstrap().fingerprint == renewed.fingerprint
@@ -303,7 +295,7 @@ def test_corrupt_bootstrap_is_regenerated(tmp_path: Path, store: CertStore) -> N
     fresh = CertStore(tmp_path / "certs", tmp_path / "state")
     second = fresh.bootstrap()
     assert second.fingerprint != first.fingerprint
-    assert fresh.bootstrap_generated == 1
+    assert fresh.bootstrap_cert.generated == 1
 
 
 def test_select_hot_swaps_from_bootstrap_to_store(store: CertStore, clock: Clock) -> None:
@@ -319,7 +311,7 @@ def test_select_hot_swaps_from_bootstrap_to_store(store: CertStore, clock: Clock
 def _race_bootstrap(state_dir: str, barrier: multiprocessing.synchronize.Barrier, out: multiprocessing.Queue) -> None:
     store = CertStore(Path(state_dir) / "certs", state_dir)
     barrier.wait()
-    out.put((store.bootstrap().fingerprint, store.bootstrap_generated))
+    out.put((store.bootstrap().fingerprint, store.bootstrap_cert.generated))
 
 
 def test_racing_workers_converge_on_one_bootstrap(tmp_path: Path) -> None:
@@ -342,9 +334,9 @@ def test_racing_workers_converge_on_one_bootstrap(tmp_path: Path) -> None:
 def test_unwritable_state_dir_still_serves_a_bootstrap(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / "not-a-dir").write_bytes(b"")
     store = CertStore(tmp_path / "certs", tmp_path / "not-a-dir" / "state")
-    with caplog.at_level(logging.ERROR, logger="sentin8.certstore"):
+    with caplog.at_level(logging.ERROR, logger="sentin8.bootstrap_cert"):
         boot = store.bootstrap()
     assert boot.bootstrap
-    assert store.bootstrap_write_errors == 1
+    assert store.bootstrap_cert.write_errors == 1
     assert store.bootstrap() is boot  # kept in memory, not regenerated per handshake
     assert any("cannot persist" in r.getMessage() for r in caplog.records)

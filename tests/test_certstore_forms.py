@@ -17,7 +17,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import mldsa
 
 from sentin8 import tls
-from sentin8.certstore import CertExpiry, CertStore, UnusableCertificate, expiry_metric_lines, parse_pair
+from sentin8.certpair import UnusableCertificate, parse_pair
+from sentin8.certstore import CertExpiry, CertStore, expiry_metric_lines
 from sentin8.shm import certreport
 from tests import openssl_cli
 from tests.test_tls import ServerThread, put_cert
@@ -173,7 +174,7 @@ def test_expiry_lists_store_and_bootstrap_and_warns_under_seven_days(
     # A fresh store in another process (mgmt) reads the bootstrap from disk without generating one.
     other = CertStore(store.cert_dir, store.state_dir)
     assert {c.source for c in other.expiry()} == {"store", "bootstrap"}
-    assert other.bootstrap_generated == 0
+    assert other.bootstrap_cert.generated == 0
 
 
 def test_tls_health_field_reads_what_workers_report(tmp_path: Path) -> None:

@@ -264,7 +264,7 @@ def test_certificate_hot_swap_from_bootstrap_to_store(external_host, fleet_facto
 
     from cryptography.hazmat.primitives.asymmetric import mldsa
 
-    from sentin8.certstore import self_signed_mldsa65, write_pair
+    from sentin8.certpair import self_signed_mldsa65, write_pair
 
     fleet = l7_fleet(fleet_factory, web)
 

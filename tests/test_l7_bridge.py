@@ -16,7 +16,7 @@ import httptools
 import pytest
 import uvloop
 
-from sentin8 import routing
+from sentin8 import refusals, routing
 from sentin8.config import Config, Limits, Policy, Upstream
 from sentin8.http.framing import websocket_accept
 from sentin8.policy import EdgePolicy, Verdict, rate_limit_headers
@@ -261,6 +261,10 @@ class Ctx:
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] += n
+
+    def refused(self, refusal: refusals.Refusal) -> None:
+        for name in refusal.names:  # the counter names the worker's counters add to (sentin8.refusals)
+            self.counters[name] += 1
 
     def service_id(self, service: str) -> int:
         return 1
@@ -1247,15 +1251,15 @@ class _HeadersApp(asyncio.Protocol):
         self.parser.feed_data(data)
 
 
-def _server_cert(certstore, name: str):
+def _server_cert(certpair, name: str):
     from cryptography.hazmat.primitives import serialization
 
     now = time.time()
-    cert, key = certstore.self_signed_mldsa65([name], now - 60, now + 3600)
+    cert, key = certpair.self_signed_mldsa65([name], now - 60, now + 3600)
     key_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    return certstore.parse_pair(name, cert.public_bytes(serialization.Encoding.PEM), key_pem, now)
+    return certpair.parse_pair(name, cert.public_bytes(serialization.Encoding.PEM), key_pem, now)
 
 
 def test_over_real_pq_tls_both_sides(start):
@@ -1263,10 +1267,10 @@ def test_over_real_pq_tls_both_sides(start):
     tls_layer = pytest.importorskip("workers.tls_layer")
     tls_client = pytest.importorskip("workers.tls_client")
     tls = pytest.importorskip("sentin8.tls")
-    certstore = pytest.importorskip("sentin8.certstore")
+    certpair = pytest.importorskip("sentin8.certpair")
     pqclient = pytest.importorskip("tests.pqclient")
-    front = tls.server_context(_server_cert(certstore, "shop.example.com"))
-    back = tls.server_context(_server_cert(certstore, "backend.internal"))
+    front = tls.server_context(_server_cert(certpair, "shop.example.com"))
+    back = tls.server_context(_server_cert(certpair, "backend.internal"))
     upstream_ctx = tls.upstream_context()
     proxy = start(make_table([]), wrap=lambda app: tls_layer.TLSServerProtocol(front, app))
 
@@ -1320,19 +1324,19 @@ def test_bridge_mode_sends_sni_and_verifies_the_instance_name(start, tmp_path, c
     certificate that chains to the CA but names another host is refused (502), never forwarded to."""
     from cryptography.hazmat.primitives import serialization
 
-    from sentin8 import certstore, tls
+    from sentin8 import certpair, tls
     from workers import tls_layer
     from workers.l7_context import UpstreamTLS
 
     now = time.time()
-    cert, key = certstore.self_signed_mldsa65([cert_name], now - 60, now + 3600)
+    cert, key = certpair.self_signed_mldsa65([cert_name], now - 60, now + 3600)
     cert_pem = cert.public_bytes(serialization.Encoding.PEM)
     key_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     ca_file = tmp_path / "backend-ca.pem"
     ca_file.write_bytes(cert_pem)  # the self-signed leaf is its own trust anchor
-    back = tls.server_context(certstore.parse_pair(cert_name, cert_pem, key_pem, now))
+    back = tls.server_context(certpair.parse_pair(cert_name, cert_pem, key_pem, now))
     proxy = start(make_table([]))
     seen: list[str | None] = []
     app = type("App", (_SNIApp,), {"seen": seen})
@@ -1488,7 +1492,7 @@ def test_websocket_101_without_the_right_accept_is_502(start, backend, path):
 def _limit_paths(proxy: Proxy, *paths: bytes) -> None:
     def policy(info: RequestInfo) -> Verdict | None:
         if info.path in paths:
-            return Verdict(429, "policy_rate_limit", rate_limit_headers(2.0, 0), keep_alive=True)
+            return Verdict(429, refusals.RATE_LIMIT, rate_limit_headers(2.0, 0), keep_alive=True)
         return None
 
     proxy.ctx.policy_fn = policy

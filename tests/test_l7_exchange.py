@@ -86,6 +86,10 @@ class Ctx:
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] += n
 
+    def refused(self, refusal) -> None:
+        for name in refusal.names:
+            self.counters[name] += 1
+
     def upstream(self, sidx: int, name: str) -> None:
         self.counters[name] += 1
 

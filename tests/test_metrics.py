@@ -17,7 +17,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentin8 import routing
+from sentin8 import refusals, routing
 from sentin8.config import load_bytes
 from sentin8.metrics.prometheus import exposition
 from sentin8.metrics.publisher import MetricsPublisher
@@ -130,8 +130,8 @@ def test_exposition_is_prometheus_text_with_the_documented_names() -> None:
     w0.traffic(False)
     w1.traffic(False)
     w0.handshake_error("classical_only")
-    w0.policy_block("rate_limit")
-    w1.policy_block("a kind nobody declared")
+    w0.refused(refusals.RATE_LIMIT)
+    w1.refused(refusals.Refusal(None, "a kind nobody declared"))
     w0.add_gauge("active_connections", 3)
     got = prom(state)
     assert got[("sentin8_requests_total", (("service", "web"), ("status", "200")))] == 30
@@ -151,6 +151,7 @@ def test_exposition_is_prometheus_text_with_the_documented_names() -> None:
     assert got[("sentin8_handshake_errors_total", (("reason", "classical_only"),))] == 1
     assert got[("sentin8_policy_blocks_total", (("kind", "rate_limit"),))] == 1
     assert got[("sentin8_policy_blocks_total", (("kind", "other"),))] == 1
+    assert got[("sentin8_events_total", (("name", "policy_blocked"),))] == 2  # the sum of the kinds
     assert got[("sentin8_active_connections", ())] == 3
     assert got[("sentin8_snapshot_stale", ())] == 0
     assert 0 <= got[("sentin8_snapshot_age_seconds", ())] < 60

@@ -24,7 +24,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from OpenSSL import SSL
 
 from sentin8 import tls
-from sentin8.certstore import CertStore, self_signed_mldsa65, write_pair
+from sentin8.certpair import self_signed_mldsa65, write_pair
+from sentin8.certstore import CertStore
 from tests.pqclient import PQClient
 from workers.tls_client import TLSClientProtocol
 from workers.tls_layer import TLSHandshakeError, TLSServerProtocol

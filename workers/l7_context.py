@@ -11,6 +11,7 @@ from sentin8 import tls
 from sentin8.backends import Backends
 from sentin8.config import Config, Upstream
 from sentin8.policy import EdgePolicy, Verdict
+from sentin8.refusals import Refusal
 from sentin8.routing import Instance, Route
 from sentin8.shm.counters import WorkerCounters
 from sentin8.shm.policy import PolicyCache
@@ -20,9 +21,6 @@ from .l7 import Exchange, RequestInfo
 from .tls_client import TLSClientProtocol
 from .upstream import UpstreamPool
 from .waf_gate import WafGate
-
-# Refusal counters -> policy-block kinds (sentin8.shm.counters.POLICY_KINDS); 431s are counted at request_done
-POLICY_KIND = {"policy_rate_limit": "rate_limit", "policy_waf": "waf", "refused_inflight": "inflight_cap"}
 
 
 class WorkerL7Context:
@@ -55,29 +53,22 @@ class WorkerL7Context:
         self.backend_failed: Callable[[Instance], None] = backends.failed
         self.upstream_result: Callable[[str, bool], None] = backends.result
         self.upstream: Callable[[int, str], None] = counters.upstream
+        self.count: Callable[..., None] = counters.inc  # (name, n=1)
+        self.refused: Callable[[Refusal], None] = counters.refused  # counted as sentin8.refusals decides
 
     def overloaded(self) -> bool:
         cap = self.cfg.limits.max_inflight_per_worker
         return bool(cap) and self.inflight_now > cap
-
-    def count(self, name: str, n: int = 1) -> None:
-        self.counters.inc(name, n)
-        kind = POLICY_KIND.get(name)  # the bridge's refusals by name are policy blocks by kind too
-        if kind is not None:
-            self.counters.policy_block(kind)
 
     def service_id(self, service: str) -> int:
         table = self.backends.table()
         return table.service_id(service) if table is not None else 0
 
     def request_done(self, ex: Exchange, seconds: float) -> None:
-        """An answered request: per-service status and latency, traffic side, header caps, access log."""
+        """An answered request: per-service status and latency, traffic side, access log."""
         counters = self.counters
-        status = ex.status
-        counters.request(ex.sidx, status, seconds)
+        counters.request(ex.sidx, ex.status, seconds)
         counters.traffic(ex.bridge.external, "requests")
-        if status == 431:
-            counters.policy_block("header_caps")
         if self.access_log is not None:
             self.access_log.write(ex, seconds)
 
@@ -89,10 +80,7 @@ class WorkerL7Context:
         values = self.policy_values.current()  # one shared read; a new object only after a runtime change
         if values is not self.edge_policy.cfg:
             self.edge_policy.cfg = values  # EdgePolicy reads its values from .cfg at decision time
-        verdict = self.edge_policy.check(request.client_ip, request.host, request.target)
-        if verdict is not None:
-            self.count(verdict.counter)
-        return verdict
+        return self.edge_policy.check(request.client_ip, request.host, request.target)  # the bridge counts it
 
     def waf_gate(self) -> WafGate:
         return self.gate

@@ -23,10 +23,10 @@ from typing import Protocol
 
 from sentin8.routing import Instance
 
-WRITE_HIGH_WATER = 64 * 1024
+from . import deadline
+from .deadline import Deadline
 
-# What a connection's one deadline currently means.
-_D_NONE, _D_IDLE, _D_RESPONSE = 0, 1, 2
+WRITE_HIGH_WATER = 64 * 1024
 
 
 class UpstreamOwner(Protocol):
@@ -40,20 +40,15 @@ class UpstreamOwner(Protocol):
 
 
 class UpstreamConn(asyncio.Protocol):
-    """One backend connection. It has one deadline at a time: idle in the pool (``idle_timeout_s``, then
-    closed) or awaiting a response (``response_timeout_s``, then the owner's ``upstream_timeout``).
-
-    The deadline moves on every request, so it is kept the way the client bridge keeps its own: a single
-    loop timer handle stays armed, a new deadline only records itself, and the handle, when it fires before
-    the deadline, re-arms for the rest. The handle is armed at most ``pool.min_deadline_s`` ahead, so every
-    later deadline falls at or after it and a request never cancels or creates a timer.
+    """One backend connection. It has one deadline at a time (``workers.deadline``, the one the client bridge
+    uses too): idle in the pool (``idle_timeout_s``, then closed) or awaiting a response
+    (``response_timeout_s``, then the owner's ``upstream_timeout``). Its horizon is ``pool.min_deadline_s``,
+    so a request never cancels or creates a timer. Every connection ends in ``close`` or ``connection_lost``
+    (a failed connect too), which stops the deadline: its callback never keeps the connection alive.
     """
 
     __slots__ = (
         "_deadline",
-        "_deadline_kind",
-        "_timer",
-        "_timer_when",
         "closed",
         "instance_id",
         "owner",
@@ -73,10 +68,7 @@ class UpstreamConn(asyncio.Protocol):
         self.closed = False
         self.read_paused = False
         self.ready: asyncio.Future[None] = pool.loop.create_future()
-        self._deadline_kind = _D_NONE
-        self._deadline = 0.0
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_when = 0.0
+        self._deadline = Deadline(pool.loop, self._deadline_passed, pool.min_deadline_s)
 
     # -- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -89,7 +81,7 @@ class UpstreamConn(asyncio.Protocol):
             self.ready.set_result(None)
 
     def data_received(self, data: bytes) -> None:
-        self._deadline_kind = _D_NONE  # a response has started (or an idle connection is about to close)
+        self._deadline.kind = deadline.NONE  # a response started (or an idle one closes)
         owner = self.owner
         if owner is not None:
             owner.upstream_data(data)
@@ -134,52 +126,24 @@ class UpstreamConn(asyncio.Protocol):
 
     def expect_response(self) -> None:
         """The request is all sent: the backend has ``response_timeout_s`` to start answering."""
-        self._set_deadline(_D_RESPONSE, self.pool.response_timeout_s)
+        self._deadline.arm(deadline.RESPONSE, self.pool.response_timeout_s)
 
     def idle(self) -> None:
         """Parked in the pool: closed after ``idle_timeout_s`` unless taken again."""
-        self._set_deadline(_D_IDLE, self.pool.idle_timeout_s)
+        self._deadline.arm(deadline.POOL_IDLE, self.pool.idle_timeout_s)
 
     def in_use(self) -> None:
         """Taken from the pool: no deadline until the next request is sent."""
-        self._deadline_kind = _D_NONE
+        self._deadline.kind = deadline.NONE
 
-    def _set_deadline(self, kind: int, delay: float) -> None:
-        loop = self.pool.loop
-        now = loop.time()
-        self._deadline_kind = kind
-        self._deadline = now + delay
-        timer = self._timer
-        if timer is not None:
-            if self._timer_when <= self._deadline:
-                return  # fires first; _on_deadline re-arms for what remains
-            timer.cancel()
-        self._arm(now)
-
-    def _arm(self, now: float) -> None:
-        self._timer_when = min(self._deadline, now + self.pool.min_deadline_s)
-        self._timer = self.pool.loop.call_at(self._timer_when, self._on_deadline)
-
-    def _on_deadline(self) -> None:
-        self._timer = None
-        kind = self._deadline_kind
-        if kind == _D_NONE or self.closed:
-            return
-        now = self.pool.loop.time()
-        if self._deadline > now:  # moved on since the handle was armed
-            self._arm(now)
-            return
-        self._deadline_kind = _D_NONE
-        if kind == _D_IDLE:
+    def _deadline_passed(self, kind: int) -> None:
+        if kind == deadline.POOL_IDLE:
             self.close()
         elif self.owner is not None:
             self.owner.upstream_timeout()
 
     def _stop_timer(self) -> None:
-        self._deadline_kind = _D_NONE
-        timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()  # a closed connection: no handle may keep it alive
+        self._deadline.stop()  # a closed connection: no handle, nor the callback, may keep it alive
 
     def close(self) -> None:
         """Close, dropping unsent bytes: a connection we give up on carries nothing more worth sending."""
@@ -289,8 +253,12 @@ class UpstreamPool:
                 raise
 
         # asyncio.timeout, not wait_for: wait_for runs open_() as a task of its own (one more task per connect)
-        async with asyncio.timeout(self.connect_timeout_s):
-            await open_()
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                await open_()
+        except BaseException:
+            conn.close()  # never connected, or not usable: it ends here like any other connection
+            raise
         return conn
 
     def close_idle(self) -> None:

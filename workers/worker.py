@@ -18,10 +18,11 @@ import setproctitle
 import uvloop
 from OpenSSL import SSL
 
-from sentin8 import lifecycle, routing, session_tickets, tls
+from sentin8 import lifecycle, refusals, routing, session_tickets, tls
 from sentin8.backends import Backends
 from sentin8.breaker import BreakerRules
-from sentin8.certstore import CertStore, ServerCert, store_dirname
+from sentin8.certpair import ServerCert
+from sentin8.certstore import CertStore, store_dirname
 from sentin8.config import Config
 from sentin8.eventlog import event
 from sentin8.holds import Hold, OpenConnections
@@ -228,7 +229,7 @@ class Worker:
         try:
             internal = self.classifier.is_internal(addr[0])
             if guaranteed_l4 and not internal and not self.cfg.network.internal_l4_any_source:
-                self.counters.inc("internal_l4_refused")
+                self.counters.refused(refusals.INTERNAL_L4_SOURCE)
                 return
             limits = self.cfg.limits
             if limits.max_connections_per_ip:
@@ -245,21 +246,18 @@ class Worker:
             self.counters.traffic(not internal)
             if guaranteed_l4:
                 if over_cap:
-                    self.counters.inc("refused_conn_cap_l4")
-                    self.counters.policy_block("conn_cap")
+                    self.counters.refused(refusals.CONN_CAP_L4)
                     return
                 self.counters.inc("connections_internal_l4")
                 handed_off = await self._serve_l4(conn, hello.sni, hold)
                 return
             if not internal:
                 if over_cap:
-                    self.counters.inc("refused_conn_cap_l7")  # answered 503 + close once it speaks HTTP
-                    self.counters.policy_block("conn_cap")
+                    self.counters.refused(refusals.CONN_CAP_L7)  # answered 503 + close once it speaks HTTP
                 handed_off = await self.serve_external(conn, addr, hold, over_cap)
                 return
             if over_cap:
-                self.counters.inc("refused_conn_cap_l4")
-                self.counters.policy_block("conn_cap")
+                self.counters.refused(refusals.CONN_CAP_L4)
                 return
             self.counters.inc("connections_l4")
             handed_off = await self._serve_l4(conn, hello.sni, hold)

@@ -99,7 +99,9 @@ class SharedCountersCollector(Collector):
         for reason, i in c.HANDSHAKE_REASONS.items():
             handshake.add_metric([reason], words[i])
         yield handshake
-        policy = CounterMetricFamily("sentin8_policy_blocks", "Requests refused by policy, by kind", labels=["kind"])
+        policy = CounterMetricFamily(
+            "sentin8_policy_blocks", "Requests and connections refused by policy, by kind", labels=["kind"]
+        )
         for kind, i in c.POLICY_KINDS.items():
             policy.add_metric([kind], words[i])
         yield policy

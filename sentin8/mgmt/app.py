@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -27,10 +27,13 @@ from ..metrics.summary import service_stats
 from ..runtime_policy import OverlayError
 from ..shm.snapshot import SnapshotCache
 from ..shm.state import SharedState
-from . import auth, views
+from . import credentials, views
 from .dashboard import DASHBOARD_HTML
 from .openapi import openapi_document
 from .policy_admin import PolicyAdmin
+
+if TYPE_CHECKING:
+    from .auth import Verifier  # built by the mgmt process (PyJWT), handed in
 
 MAX_BODY_BYTES = 16_384
 _QUERY_TOKEN_NAMES = {"access_token", "token", "jwt", "id_token", "bearer"}
@@ -75,7 +78,7 @@ class MgmtApp:
         self,
         cfg: Config,
         shared: SharedState,
-        verifier: auth.Verifier,
+        verifier: Verifier,
         policy: PolicyAdmin,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -94,14 +97,17 @@ class MgmtApp:
     # ---- the gate ------------------------------------------------------------------------------------
 
     def gated(
-        self, scope: str, handler: Callable[[Request, auth.Principal], Awaitable[Response]], changes_state: bool = False
+        self,
+        scope: str,
+        handler: Callable[[Request, credentials.Principal], Awaitable[Response]],
+        changes_state: bool = False,
     ) -> Handler:
         async def endpoint(request: Request) -> Response:
             try:
                 principal = self.verifier.authorize(
                     request.headers.get("authorization"), _query_has_token(request), scope, changes_state
                 )
-            except auth.AuthError as exc:
+            except credentials.AuthError as exc:
                 self.refusals.inc(exc.reason)
                 client = request.client.host if request.client else ""
                 event(
@@ -162,11 +168,11 @@ class MgmtApp:
         )
         return JSONResponse(body, status_code=code, headers={"Cache-Control": "no-store"})
 
-    async def backends(self, request: Request, _: auth.Principal) -> Response:
+    async def backends(self, request: Request, _: credentials.Principal) -> Response:
         body = views.backends(self.table(), self.suspects.suspect_until, self.clock(), self.cfg.sources.health_fresh_s)
         return JSONResponse(body)
 
-    async def mappings(self, request: Request, _: auth.Principal) -> Response:
+    async def mappings(self, request: Request, _: credentials.Principal) -> Response:
         limit = _int_param(request, "limit", views.MAPPINGS_DEFAULT_LIMIT, 1, views.MAPPINGS_MAX_LIMIT)
         offset = _int_param(request, "offset", 0, 0, 1 << 31)
         table = self.table()
@@ -177,7 +183,7 @@ class MgmtApp:
         )
         return JSONResponse(body)
 
-    async def stats(self, request: Request, _: auth.Principal) -> Response:
+    async def stats(self, request: Request, _: credentials.Principal) -> Response:
         totals = self.counters.total()
         body = views.stats(
             totals, self.clock(), services=self.service_stats(), latency_buckets=views.latency_buckets(totals)
@@ -199,10 +205,10 @@ class MgmtApp:
                 out.append({"slot": slot, **{k: block[k] for k in views.PER_WORKER_COUNTERS}})
         return out
 
-    async def policy_get(self, request: Request, _: auth.Principal) -> Response:
+    async def policy_get(self, request: Request, _: credentials.Principal) -> Response:
         return JSONResponse(self.policy.get())
 
-    async def policy_put(self, request: Request, principal: auth.Principal) -> Response:
+    async def policy_put(self, request: Request, principal: credentials.Principal) -> Response:
         raw = bytearray()
         async for chunk in request.stream():  # a policy body is ~100 bytes: never buffer more than the cap
             raw += chunk
@@ -216,7 +222,7 @@ class MgmtApp:
         event("policy_changed", sub=principal.sub, jti=principal.jti, changes=changes, generation=view["generation"])
         return JSONResponse(view)
 
-    async def policy_delete(self, request: Request, principal: auth.Principal) -> Response:
+    async def policy_delete(self, request: Request, principal: credentials.Principal) -> Response:
         view = self.policy.reset()
         event("policy_reset", sub=principal.sub, jti=principal.jti, generation=view["generation"])
         return JSONResponse(view)
@@ -247,17 +253,17 @@ class MgmtApp:
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Route("/openapi.json", self.openapi, methods=["GET"]),
-            Route("/backends", self.gated(auth.SCOPE_BACKENDS, self.backends), methods=["GET"]),
-            Route("/mappings", self.gated(auth.SCOPE_MAPPINGS, self.mappings), methods=["GET"]),
-            Route("/stats", self.gated(auth.SCOPE_STATS, self.stats), methods=["GET"]),
+            Route("/backends", self.gated(credentials.SCOPE_BACKENDS, self.backends), methods=["GET"]),
+            Route("/mappings", self.gated(credentials.SCOPE_MAPPINGS, self.mappings), methods=["GET"]),
+            Route("/stats", self.gated(credentials.SCOPE_STATS, self.stats), methods=["GET"]),
             Route("/policy", self._policy_dispatch(), methods=["GET", "PUT", "DELETE"]),
         ]
         return Starlette(routes=routes)
 
     def _policy_dispatch(self) -> Handler:
-        get = self.gated(auth.SCOPE_POLICY, self.policy_get)
-        put = self.gated(auth.SCOPE_POLICY, self.policy_put, changes_state=True)
-        delete = self.gated(auth.SCOPE_POLICY, self.policy_delete, changes_state=True)
+        get = self.gated(credentials.SCOPE_POLICY, self.policy_get)
+        put = self.gated(credentials.SCOPE_POLICY, self.policy_put, changes_state=True)
+        delete = self.gated(credentials.SCOPE_POLICY, self.policy_delete, changes_state=True)
 
         async def endpoint(request: Request) -> Response:
             return await {"GET": get, "PUT": put, "DELETE": delete}[request.method](request)

@@ -9,68 +9,22 @@ Every refusal carries a short ``reason`` that is counted and logged, never the t
 
 from __future__ import annotations
 
-import secrets
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Protocol
 
 import jwt
 
-from ..config import ConfigError, Mgmt
+from ..config import Mgmt
+from .credentials import MIN_SECRET_BYTES, AuthError, Principal
 
-MIN_SECRET_BYTES = 32
 LEEWAY_S = 30
 JTI_CAPACITY = 16_384
 REQUIRED_CLAIMS = ("exp", "iat", "aud", "iss", "sub", "jti")
 ALGORITHM = "HS256"
-
-SCOPE_BACKENDS = "proxy:backends:read"
-SCOPE_MAPPINGS = "proxy:mappings:read"
-SCOPE_STATS = "proxy:stats:read"
-SCOPE_POLICY = "policy-admin"
-ALL_SCOPES = (SCOPE_BACKENDS, SCOPE_MAPPINGS, SCOPE_STATS, SCOPE_POLICY)
-# every AuthError reason, for counting ("other" catches one this list forgot)
-REFUSAL_REASONS = (
-    "missing",
-    "not_bearer",
-    "token_in_query",
-    "malformed",
-    "bad_algorithm",
-    "bad_signature",
-    "expired",
-    "not_yet_valid",
-    "bad_audience",
-    "bad_issuer",
-    "missing_claim",
-    "bad_scope_claim",
-    "invalid",
-    "scope",
-    "replay",
-    "other",
-)
-
-
-def load_secret(cfg: Mgmt, environ: Mapping[str, str]) -> bytes:
-    """The signing secret from the environment variable ``mgmt.jwt_secret_env`` names; ConfigError naming
-    that key when it is missing or too short (the fleet refuses to boot with a guessable secret)."""
-    value = environ.get(cfg.jwt_secret_env)
-    if not value:
-        raise ConfigError(f"mgmt.jwt_secret_env: environment variable {cfg.jwt_secret_env} is not set")
-    secret = value.encode()
-    if len(secret) < MIN_SECRET_BYTES:
-        raise ConfigError(
-            f"mgmt.jwt_secret_env: the secret in {cfg.jwt_secret_env} is {len(secret)} bytes,"
-            f" at least {MIN_SECRET_BYTES} are required"
-        )
-    return secret
-
-
-def new_secret() -> str:
-    """A fresh secret for the demo: 48 URL-safe characters (288 bits)."""
-    return secrets.token_urlsafe(36)
+# Every AuthError reason is one of sentin8.shm.mgmt_refusals.REFUSAL_REASONS (counted by reason in shm).
 
 
 def mint(
@@ -88,25 +42,6 @@ def mint(
         "scope": " ".join(scopes),
     }
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who a verified token speaks for."""
-
-    sub: str
-    jti: str
-    scopes: frozenset[str]
-    exp: float
-
-
-class AuthError(Exception):
-    """A refused token: ``status`` 401 (bad or missing token) or 403 (valid, without the scope)."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 class JtiStore(Protocol):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..runtime_policy import RATE_KEYS
-from .auth import SCOPE_BACKENDS, SCOPE_MAPPINGS, SCOPE_POLICY, SCOPE_STATS
+from .credentials import SCOPE_BACKENDS, SCOPE_MAPPINGS, SCOPE_POLICY, SCOPE_STATS
 
 _NUM = {"type": "number"}
 _NULLABLE_NUM = {"type": "number", "nullable": True}

@@ -21,6 +21,7 @@ import bisect
 import os
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..metrics.scales import (
     LATENCY_BOUNDS_S,
@@ -31,6 +32,9 @@ from ..metrics.scales import (
     STATUS_SLOTS,
 )
 from .region import CACHE_LINE, align
+
+if TYPE_CHECKING:
+    from ..refusals import Refusal
 
 NAMES: tuple[str, ...] = (
     # accept / peek / classify
@@ -162,12 +166,15 @@ NAMES: tuple[str, ...] = (
     "handshake_error_eof",
     "handshake_error_alpn",
     "handshake_error_protocol_error",
-    # requests refused by policy, by kind (WorkerCounters.policy_block); add a kind by adding a name here
+    # refusals by policy, by kind (sentin8.refusals: the rule, and the refusals of each kind); their sum is
+    # policy_blocked. Add a kind by adding a name here and a Refusal there.
     "policy_block_rate_limit",
     "policy_block_waf",
     "policy_block_header_caps",
+    "policy_block_body_cap",  # over limits.max_request_body_bytes: 413
     "policy_block_conn_cap",  # over the per-client connection cap (limits)
     "policy_block_inflight_cap",  # over the worker's in-flight request cap: 503
+    "policy_block_internal_l4_source",  # listen.internal_l4 from outside network.internal_cidrs
     "policy_block_other",
     # gauges
     "l4_active",
@@ -206,7 +213,6 @@ def _by_prefix(prefix: str) -> dict[str, int]:
 HANDSHAKE_REASONS = _by_prefix(HANDSHAKE_PREFIX)  # reason -> word
 POLICY_KINDS = _by_prefix(POLICY_PREFIX)  # kind -> word
 _HS_OTHER = HANDSHAKE_REASONS["protocol_error"]
-_POLICY_OTHER = POLICY_KINDS["other"]
 
 # One row per service index.
 S_STATUS = 0  # STATUS_SLOTS words: requests by status slot (sentin8.metrics.scales.STATUS_LABELS)
@@ -345,11 +351,12 @@ class WorkerCounters:
         i = HANDSHAKE_REASONS.get(reason, _HS_OTHER)
         self.words[i] = self.words[i] + 1
 
-    def policy_block(self, kind: str) -> None:
-        """A request refused by policy: ``rate_limit``, ``waf``, ``header_caps``, or a kind added to NAMES as
-        ``policy_block_<kind>`` (an unknown kind counts as ``other``)."""
-        i = POLICY_KINDS.get(kind, _POLICY_OTHER)
-        self.words[i] = self.words[i] + 1
+    def refused(self, refusal: Refusal) -> None:
+        """A connection or request refused, counted as ``sentin8.refusals`` decides (its name; a policy block
+        also by kind and in ``policy_blocked``): the words were resolved when the refusal was defined."""
+        w = self.words
+        for i in refusal.words:
+            w[i] += 1
 
     def traffic(self, external: bool, what: str = "connections") -> None:
         """A connection or an L7 request (``what``), by source side."""

@@ -4,7 +4,7 @@ No lock-free scheme is exact in pure Python (unlocked read-modify-write over-gra
 locked with ``fcntl.lockf`` on a byte range of a memfd: one syscall pair per decision, and the kernel releases
 the range if the holder dies, so a SIGKILLed worker can never wedge a stripe.
 
-Layout: ``slots`` entries of four words (key hash, tokens in µ-units, last refill µs, unused), split into 64
+Layout: ``slots`` entries of four words (key hash, tokens in µ-units, last decision µs, unused), split into 64
 stripes of ``slots / 64`` entries; a key lives in one stripe and probes at most ``PROBE`` entries there. A full
 probe window evicts its stalest entry, so a rotating-address flood cannot grow memory.
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sentin8 import refusals
 from sentin8.http.acme import CHALLENGE, NOT_A_CHALLENGE
 from sentin8.http.body import body_over_limit
 from sentin8.http.framing import RequestHead, request_head
@@ -38,7 +39,7 @@ def admit(ex: Exchange, bridge: L7Bridge, head: RequestHead) -> tuple[bytes, byt
         return None
     if ctx.overloaded():
         # fail fast instead of queueing (rsx-gateway): the client may retry in a second, on this connection
-        ctx.count("refused_inflight")
+        ctx.refused(refusals.INFLIGHT_CAP)
         ex.respond_local(503, [(b"Retry-After", b"1")], keep_alive=True)
         return None
     is_acme = head.acme == CHALLENGE
@@ -76,17 +77,18 @@ def admit(ex: Exchange, bridge: L7Bridge, head: RequestHead) -> tuple[bytes, byt
             return None
         ex.routed(route.service, route.sidx, host)
         if head.content_length and body_over_limit(head.content_length, ctx.cfg.limits.max_request_body_bytes):
-            ctx.count("body_too_large")  # refused before a byte of the body is read (a streamed one: reader.py)
+            ctx.refused(refusals.BODY_CAP)  # refused before a byte of the body is read (a streamed one: reader.py)
             ex.respond_error(413)
             return None
         verdict = ctx.policy(
             RequestInfo(head.method, head.target, head.path, host, bridge.client_ip, route, head.headers, bridge.scheme)
         )
         if verdict is not None:
-            ctx.count("policy_blocked")
             if isinstance(verdict, int):
+                ctx.refused(refusals.POLICY_OTHER)
                 ex.respond_error(verdict)
             else:
+                ctx.refused(verdict.refusal)
                 ex.respond_local(verdict.status, verdict.headers, keep_alive=verdict.keep_alive)
             return None
         headers, corr = forward_headers(

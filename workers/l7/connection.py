@@ -24,7 +24,8 @@ import httptools
 
 from sentin8.http.response import split
 
-from . import deadline, flow
+from .. import deadline
+from . import flow
 from .contract import L7Context
 from .exchange import Exchange
 from .reader import RequestReader

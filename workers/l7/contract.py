@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 from sentin8.config import Config
 from sentin8.http.headers import Header
 from sentin8.policy import Verdict
+from sentin8.refusals import Refusal
 from sentin8.routing import Instance, Route
 
 if TYPE_CHECKING:
@@ -53,11 +54,12 @@ class L7Context(Protocol):
     def candidates(self, service: str) -> list[Instance]: ...  # ordered, healthy first
     def backend_failed(self, instance: Instance) -> None: ...  # unreachable: suspect for every worker, counted
     def count(self, name: str, n: int = 1) -> None: ...
+    def refused(self, refusal: Refusal) -> None: ...  # counted as sentin8.refusals decides (policy blocks too)
     def service_id(self, service: str) -> int: ...  # metrics index of a service with no Route (ACME)
     def upstream(self, sidx: int, name: str) -> None: ...  # upstream_warm | upstream_cold | upstream_stale_retry
     def request_done(self, ex: Exchange, seconds: float) -> None: ...  # answered: status, timing, access log
     def inflight(self, delta: int) -> None: ...
-    def policy(self, request: RequestInfo) -> Verdict | int | None: ...  # a refusal (429, 403...), or None
+    def policy(self, request: RequestInfo) -> Verdict | int | None: ...  # a refusal (429, 403...) to count, or None
     def upstream_tls(self, instance: Instance) -> object | None: ...  # SSLContext or wrap(inner) -> Protocol
     def waf_gate(self) -> WafGate | None: ...  # where inspections run; None: no WAF in this context
     def upstream_result(self, instance_id: str, ok: bool) -> None: ...  # for the instance's circuit breaker

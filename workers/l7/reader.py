@@ -17,11 +17,13 @@ import logging
 
 import httptools
 
+from sentin8 import refusals
 from sentin8.http.body import body_over_limit, chunk_size_acceptable
 from sentin8.http.framing import HeaderBudget, HeadError, request_line_is_http, validate_request
 from sentin8.http.llhttp_private import chunk_size_view
 
-from . import deadline, flow
+from .. import deadline
+from . import flow
 from .contract import L7Context
 from .request import Request, Stop
 
@@ -132,7 +134,7 @@ class RequestReader:
         req = self._req
         # The chunk would take the body over the cap: refused now, not after streaming up to the cap.
         if req is not None and body_over_limit(req.received + size, self._body_cap):
-            self.ctx.count("body_too_large")
+            self.ctx.refused(refusals.BODY_CAP)
             self._body_failed(413)
             raise Stop
 
@@ -143,7 +145,7 @@ class RequestReader:
         if self._body_cap:
             req.received += len(body)
             if body_over_limit(req.received, self._body_cap):
-                self.ctx.count("body_too_large")
+                self.ctx.refused(refusals.BODY_CAP)
                 self._body_failed(413)
                 raise Stop
         ex = req.exchange
@@ -165,7 +167,11 @@ class RequestReader:
             ex.client_body_end()
 
     def _reject(self, status: int) -> None:
-        """Stop parsing; answer ``status`` (after whatever is in flight) and close."""
+        """Stop parsing; answer ``status`` (after whatever is in flight) and close. A cap (431, 414) is a
+        policy block, counted here where it is decided, not by the status answered (a backend's 431 is none)."""
+        refusal = refusals.for_head_status(status)
+        if refusal is not None:
+            self.ctx.refused(refusal)
         self._read.pause(flow.STOPPED)
         self._deadline.disarm_if(deadline.HEADER)
         req = self._req

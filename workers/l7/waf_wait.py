@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from sentin8 import refusals
 from sentin8.http.framing import REASONS
 from sentin8.waf import WafEngine, WafRequest, WafVerdict
 from workers.waf_gate import WafGate
@@ -58,7 +59,7 @@ class WafWait:
         assert head is not None
         s = engine.settings
         if head.content_length is not None and head.content_length > s.body_max and not s.partial_bodies:
-            ex.bridge.ctx.count("waf_body_too_large")
+            ex.bridge.ctx.refused(refusals.WAF_BODY_TOO_LARGE)
             ex.respond_error(413)  # refused before a byte of it is read
             return
         self.engine = engine
@@ -87,7 +88,7 @@ class WafWait:
         truncated = not req.complete or len(body) > s.body_max
         if truncated:
             if not s.partial_bodies:
-                ex.bridge.ctx.count("waf_body_too_large")
+                ex.bridge.ctx.refused(refusals.WAF_BODY_TOO_LARGE)
                 ex.respond_error(413)
                 return
             body = body[: s.body_max]
@@ -111,8 +112,7 @@ class WafWait:
         corr = ex.corr
         self.gate.report(result, ex.service, corr)
         if result.blocked:
-            ctx.count("policy_waf")
-            ctx.count("policy_blocked")
+            ctx.refused(refusals.WAF)
             status = 400 if result.status == 400 else 403  # 400: a body that claims a format and does not parse
             body = b"%d %s\nrequest id: %s\n" % (status, REASONS[status], corr)
             ex.respond_local(status, [(b"X-Correlation-Id", corr)], keep_alive=False, body=body)
