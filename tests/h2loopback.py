@@ -20,7 +20,7 @@ import warnings
 
 from OpenSSL import SSL, crypto
 
-from sentin8.certstore import self_signed_mldsa65
+from sentin8.certpair import self_signed_mldsa65
 from sentin8.http import h2_codes
 from sentin8.http.h2_budget import CLOSE, GOAWAY, REFUSE, StreamBudget
 from sentin8.http.h2_engine import (

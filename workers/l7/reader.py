@@ -142,7 +142,9 @@ class RequestReader:
         self._progress = True
         req = self._req
         assert req is not None
-        if self._body_cap:
+        # A declared length is admission's to refuse (before a byte is read); here only a chunked body, as it
+        # streams (a fallback for when on_chunk_header cannot read chunk sizes).
+        if self._body_cap and req.head is not None and req.head.chunked:
             req.received += len(body)
             if body_over_limit(req.received, self._body_cap):
                 self.ctx.refused(refusals.BODY_CAP)
