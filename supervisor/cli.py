@@ -1,4 +1,4 @@
-"""``sentin8-proxy``: run | check-config | reload | demo, and the management commands
+"""``sentin8-proxy``: run | check-config | reload | demo | probe, ``--version``, and the management commands
 (``supervisor.mgmt_cli``)."""
 
 from __future__ import annotations
@@ -31,8 +31,24 @@ def _load(path: str) -> Config:
     return cfg
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: computed when asked (one ``git`` call in a checkout), not each time the CLI starts."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kw: object) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version and revision"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from sentin8.version import describe
+
+        print(describe())
+        parser.exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sentin8-proxy", description="Sentin8:Proxy, the platform's ingress")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run the fleet in the foreground (systemd runs this)")
     p_run.add_argument("--config", required=True, metavar="FILE")
