@@ -10,7 +10,7 @@ import sys
 from sentin8.config import Config, ConfigError, load_file, to_toml_dict
 from sentin8.startup_checks import check_paths
 
-from . import mgmt_cli
+from . import mgmt_cli, probe_cmd
 
 EXIT_CONFIG = 2
 
@@ -67,8 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     p_demo = sub.add_parser("demo", help="the embedded default: fleet + a demo TLS backend, unprivileged ports")
     p_demo.add_argument("--https-port", type=int, default=8443)
     p_demo.add_argument("--workers", type=int, default=0)
+    probe_cmd.add_parser(sub)
     mgmt_cli.add_parsers(sub)
     args = parser.parse_args(argv)
+    if args.command == "probe":
+        return probe_cmd.run(args)
 
     if args.command in mgmt_cli.COMMANDS:
         return mgmt_cli.run(args)
