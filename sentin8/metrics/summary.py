@@ -2,8 +2,9 @@
 
 Same source as the exposition (live + retired blocks), shaped like the fleet-wide figures there: per service
 ``requests``, ``status_1xx``..``status_5xx`` (+ ``status_other``), ``latency_buckets_ms`` as [upper bound in ms
-or None for +Inf, count] pairs, ``latency_sum_ms``, the upstream counts, and the L4 path's ``l4_connections`` with ``l4_bytes_in``/``l4_bytes_out``
-(client -> backend and back, counted as each pipe closes). Services with no traffic are left out.
+or None for +Inf, count] pairs, ``latency_sum_ms``, the upstream counts, and the L4 path's ``l4_connections``
+with ``l4_bytes_in``/``l4_bytes_out`` (client -> backend and back, counted as each pipe closes). Services with no
+traffic are left out.
 """
 
 from __future__ import annotations
