@@ -285,6 +285,27 @@ def client_context(
     return ctx
 
 
+def probe_context(*, ca_file: str | None, alpn: Sequence[bytes] = (b"http/1.1",)) -> SSL.Context:
+    """The probe's client context (``sentin8-proxy probe``): what the edge accepts and nothing else (TLS 1.3,
+    X25519MLKEM768, ML-DSA-65), offering ``alpn``. ``ca_file``: verify the server's chain against that file;
+    ``""``: against the bundled OpenSSL's default trust store (``SSL_CERT_FILE``/``SSL_CERT_DIR`` honoured, as
+    curl does); None: no verification (``--insecure``). Name checks: ``verify_peer_name`` per connection."""
+    ctx = client_context(ca_file=ca_file or "")
+    if ca_file == "":
+        ctx.set_default_verify_paths()
+        ctx.set_verify(SSL.VERIFY_PEER)
+    ctx.set_alpn_protos(list(alpn))
+    return ctx
+
+
+def verify_error(conn: SSL.Connection) -> str | None:
+    """Why certificate verification failed on ``conn`` (OpenSSL's words), or None when it did not."""
+    code = SSL._lib.SSL_get_verify_result(conn._ssl)
+    if code == 0:  # X509_V_OK
+        return None
+    return SSL._ffi.string(SSL._lib.X509_verify_cert_error_string(code)).decode("ascii", "replace")
+
+
 def upstream_context(
     *,
     ca_file: str = "",

@@ -1,4 +1,4 @@
-"""``sentin8-proxy``: run | check-config | reload | demo, and the management commands
+"""``sentin8-proxy``: run | check-config | reload | demo | probe, ``--version``, and the management commands
 (``supervisor.mgmt_cli``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from sentin8.config import Config, ConfigError, load_file, to_toml_dict
 from sentin8.startup_checks import check_paths
 
-from . import mgmt_cli
+from . import mgmt_cli, probe_cmd
 
 EXIT_CONFIG = 2
 
@@ -31,8 +31,24 @@ def _load(path: str) -> Config:
     return cfg
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: computed when asked (one ``git`` call in a checkout), not each time the CLI starts."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kw: object) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version and revision"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from sentin8.version import describe
+
+        print(describe())
+        parser.exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sentin8-proxy", description="Sentin8:Proxy, the platform's ingress")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run the fleet in the foreground (systemd runs this)")
     p_run.add_argument("--config", required=True, metavar="FILE")
@@ -51,8 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     p_demo = sub.add_parser("demo", help="the embedded default: fleet + a demo TLS backend, unprivileged ports")
     p_demo.add_argument("--https-port", type=int, default=8443)
     p_demo.add_argument("--workers", type=int, default=0)
+    probe_cmd.add_parser(sub)
     mgmt_cli.add_parsers(sub)
     args = parser.parse_args(argv)
+    if args.command == "probe":
+        return probe_cmd.run(args)
 
     if args.command in mgmt_cli.COMMANDS:
         return mgmt_cli.run(args)

@@ -126,6 +126,8 @@ def test_exposition_is_prometheus_text_with_the_documented_names() -> None:
         w1.upstream(web, "upstream_warm")
     w1.upstream(api, "upstream_stale_retry")
     w0.l4_connection(api)
+    w0.l4_closed(api, 100, 2000)
+    w1.l4_closed(api, 1, 20)
     w0.traffic(True)
     w0.traffic(False)
     w1.traffic(False)
@@ -146,6 +148,8 @@ def test_exposition_is_prometheus_text_with_the_documented_names() -> None:
     assert got[("sentin8_upstream_connections_total", (("kind", "cold"), ("service", "web")))] == 1
     assert got[("sentin8_upstream_connections_total", (("kind", "stale_retry"), ("service", "api")))] == 1
     assert got[("sentin8_l4_connections_total", (("service", "api"),))] == 1
+    assert got[("sentin8_l4_bytes_total", (("direction", "in"), ("service", "api")))] == 101
+    assert got[("sentin8_l4_bytes_total", (("direction", "out"), ("service", "api")))] == 2020
     assert got[("sentin8_connections_total", (("side", "external"),))] == 1
     assert got[("sentin8_connections_total", (("side", "internal"),))] == 2
     assert got[("sentin8_handshake_errors_total", (("reason", "classical_only"),))] == 1
@@ -164,6 +168,8 @@ def test_exposition_is_prometheus_text_with_the_documented_names() -> None:
     assert stats["web"]["requests"] == 31 and stats["web"]["status_2xx"] == 31
     assert stats["web"]["by_status"] == {"200": 30, "2xx": 1}
     assert stats["api"]["status_5xx"] == 7 and stats["api"]["l4_connections"] == 1
+    assert (stats["api"]["l4_bytes_in"], stats["api"]["l4_bytes_out"]) == (101, 2020)
+    assert (totals["l4_bytes_in"], totals["l4_bytes_out"]) == (101, 2020)  # the fleet-wide words too
     assert sum(n for _, n in stats["api"]["latency_buckets_ms"]) == 7
     body, content_type = exposition(state, "application/openmetrics-text; version=1.0.0")
     assert content_type.startswith("application/openmetrics-text") and body.rstrip().endswith(b"# EOF")

@@ -1,5 +1,5 @@
 """The dashboard in a real browser: Debian's headless Chromium driven by chromedriver (selenium), against a
-running fleet that serves external traffic meanwhile."""
+running fleet that serves external (L7) and internal (L4) traffic meanwhile."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import pytest
 
 from tests import mgmt_client as mc
 from tests.netns import external_host  # noqa: F401 - fixture
-from tests.peers import HTTPBackend, wait_until
+from tests.peers import HTTPBackend, roundtrip, wait_until
 from tests.pqclient import PQClient
 
 SNI = "shop.apps.test"
+L4_SNI = "billing.apps.test"
 SHOT_ENV = "SENTIN8_DASHBOARD_SHOT"  # also write the screenshot here (docs/dashboard.png is made this way)
 
 
@@ -29,20 +30,34 @@ def browser():
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1440,900", "--force-device-scale-factor=1"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1440,900",
+        "--force-device-scale-factor=1",
+    ):
         opts.add_argument(arg)
     b = webdriver.Chrome(service=Service(executable_path=driver), options=opts)
     yield b
     b.quit()
 
 
-def test_dashboard_shows_a_service_request_count_rising(external_host, fleet_factory, browser, tmp_path):  # noqa: F811
+def test_dashboard_shows_l7_and_l4_traffic_per_service_rising(
+    external_host,  # noqa: F811
+    fleet_factory,
+    backend_factory,
+    browser,
+    tmp_path,
+):
     from selenium.webdriver.common.by import By
 
     web = HTTPBackend("web")
+    billing = backend_factory("billing", L4_SNI)  # terminates its own TLS: reached through the L4 pipe
     try:
-        fleet = fleet_factory(f"""
+        fleet = fleet_factory(
+            f"""
 [[instances]]
 service = "web"
 id = "web-1"
@@ -58,12 +73,19 @@ state = "Draining"
 service = "billing"
 id = "billing-1"
 host = "127.0.0.1"
-port = {web.port}
+port = {billing.port}
 tls = true
 [[domains]]
 hostname = "{SNI}"
 service = "web"
-""", extra="[policy]\nwaf = true\n", host="0.0.0.0", mgmt=True)
+[[domains]]
+hostname = "{L4_SNI}"
+service = "billing"
+""",
+            extra="[policy]\nwaf = true\n",
+            host="0.0.0.0",
+            mgmt=True,
+        )
         wait_until(lambda: mc.call(fleet.mgmt_url, "GET", "/health")[0] == 200, 10, what="mgmt up")
         stop = threading.Event()
 
@@ -89,26 +111,63 @@ service = "web"
                     if client is not None:
                         client.close()
 
+        def l4_traffic() -> None:
+            # internal clients (loopback): SNI-routed and piped to billing's own TLS, one connection each
+            n = 0
+            while not stop.is_set():
+                n += 1
+                try:
+                    roundtrip(fleet.port, L4_SNI, b"x" * (100 + n % 7 * 300))
+                except Exception as exc:
+                    errors.append(repr(exc))
+                stop.wait(0.05 + 0.1 * (n // 100 % 2))
+
         browser.get(fleet.mgmt_url + "/")
         wait_until(lambda: browser.find_element(By.ID, "login").is_displayed(), 10, what="token form")
         browser.find_element(By.ID, "tok").send_keys(
-            mc.token(fleet.secret, scope="proxy:stats:read proxy:backends:read", exp=int(time.time()) + 3600))
+            mc.token(fleet.secret, scope="proxy:stats:read proxy:backends:read", exp=int(time.time()) + 3600)
+        )
         browser.find_element(By.ID, "go").click()
         t = threading.Thread(target=traffic, daemon=True)
         t.start()
+        t4 = threading.Thread(target=l4_traffic, daemon=True)
+        t4.start()
 
         def requests_shown() -> int:
             # read in the page: the table is re-rendered every 2 s, so a held element reference goes stale
             text = browser.execute_script(
-                "const c = document.querySelector('#services tbody td.requests'); return c ? c.textContent : '';")
+                "const c = document.querySelector('#services tbody tr[data-service=web] td.requests');"
+                "return c ? c.textContent : '';"
+            )
             return int(text) if text.isdigit() else -1
 
         first = wait_until(lambda: (v := requests_shown()) > 0 and v, 15, 0.2, what="a request count")
         second = wait_until(lambda: (v := requests_shown()) > first and v, 10, 0.2, what="the count rising")
-        wait_until(lambda: browser.execute_script("return document.getElementById('t-rps').textContent")
-                   not in ("", "\u2013", "0"), 10, 0.2, what="a request rate")
+        wait_until(
+            lambda: (
+                browser.execute_script("return document.getElementById('t-rps').textContent") not in ("", "\u2013", "0")
+            ),
+            10,
+            0.2,
+            what="a request rate",
+        )
         third = wait_until(lambda: (v := requests_shown()) > second and v, 10, 0.2, what="still rising")
         assert first < second < third
+
+        def l4_shown() -> tuple[int, str, str]:
+            row = browser.execute_script(
+                "const r = document.querySelector('#services tbody tr[data-service=\"billing\"]');"
+                "return r ? [r.querySelector('td.l4').textContent, r.querySelector('td.l4rps').textContent,"
+                " r.lastElementChild.textContent] : null;")  # fmt: skip
+            return (int(row[0]), row[1], row[2]) if row and row[0].isdigit() else (-1, "", "")
+
+        l4_first = wait_until(lambda: (v := l4_shown())[0] > 0 and v, 15, 0.2, what="L4 connections per service")
+        l4_second = wait_until(lambda: (v := l4_shown())[0] > l4_first[0] and v, 10, 0.2, what="L4 count rising")
+        wait_until(lambda: l4_shown()[1] not in ("", "\u2013", "0"), 10, 0.2, what="an L4 connection rate")
+        wait_until(lambda: l4_shown()[2] not in ("", "0 B / 0 B"), 10, 0.2, what="L4 bytes")
+        assert l4_second[0] > l4_first[0]
+        tile = browser.execute_script("return document.getElementById('t-l4s').textContent")
+        assert " total · " in tile and " in · " in tile, tile
         assert browser.execute_script("return document.getElementById('status').textContent") == "ok"
         assert "WAF on" in browser.execute_script("return document.getElementById('t-poln').textContent")
         backends = browser.execute_script("return document.getElementById('backends').textContent")
@@ -117,6 +176,7 @@ service = "web"
         time.sleep(60 if os.environ.get(SHOT_ENV) else 2.5)
         stop.set()
         t.join(10)
+        t4.join(10)
         print(f"traffic errors (not under test here): {errors[:3]}")
         shot = tmp_path / "dashboard.png"
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000

@@ -367,12 +367,12 @@ class Worker:
         self.counters.add_gauge("l4_active", 1)
         with contextlib.suppress(OSError):  # a client already gone: the pipe finds out on its own
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        SplicePipe(self.loop, conn, backend, self.pipes, lambda pipe: self._pipe_closed(pipe, hold)).start()
+        sidx = route.sidx
+        SplicePipe(self.loop, conn, backend, self.pipes, lambda pipe: self._pipe_closed(pipe, hold, sidx)).start()
         return True
 
-    def _pipe_closed(self, pipe: SplicePipe, hold: Hold) -> None:
-        self.counters.inc("l4_bytes_in", pipe.upstream.bytes)
-        self.counters.inc("l4_bytes_out", pipe.downstream.bytes)
+    def _pipe_closed(self, pipe: SplicePipe, hold: Hold, sidx: int) -> None:
+        self.counters.l4_closed(sidx, pipe.upstream.bytes, pipe.downstream.bytes)
         self.counters.add_gauge("l4_active", -1)
         hold.release()
 

@@ -4,7 +4,8 @@ The engine is ``ngh2`` (libnghttp2 in a wheel; chosen by measurement, bench/READ
 it names leaves this module: the shell sees ``ServerConnection`` and the event classes below, so the engine
 could be replaced by rewriting this file alone.
 
-``ServerConnection`` is one client connection, server side. The I/O shell drives it:
+``ServerConnection`` is one client connection, server side (``ClientConnection``, the client side the probe
+uses, is at the end). The I/O shell drives it:
 
     events = conn.receive(data)     # bytes read from TLS -> our events, in protocol order
     ... act on them (conn.send_head / send_data / reset / consume ...)
@@ -39,6 +40,7 @@ from .h2_codes import (
 )
 from .h2_events import (
     REASONS,
+    ClientResponse,
     ConnectionEnded,
     Event,
     GoAwayReceived,
@@ -513,9 +515,70 @@ class ServerConnection:
         return len(self._streams)
 
 
+class ClientConnection:
+    """One HTTP/2 connection, client side: requests out, each response collected whole (``ClientResponse``).
+
+        sid = conn.request(fields, body)   # fields: pseudo-headers first, names lower case
+        out = conn.data_to_send()          # write it, then feed what the server sends
+        conn.receive(data)                 # until conn.responses[sid].done, or conn.ended
+
+    Receive windows are the engine's own (a response is read as fast as it comes); push is refused by
+    SETTINGS_ENABLE_PUSH = 0. A protocol error ends the connection with the engine's reason.
+    """
+
+    __slots__ = ("_c", "ended", "responses")
+
+    def __init__(self) -> None:
+        self._c = ngh2.Connection(ngh2.Role.CLIENT, ngh2.Configuration())
+        self._c.initiate_connection({ngh2.Setting.ENABLE_PUSH: 0})
+        self.responses: dict[int, ClientResponse] = {}
+        self.ended: ConnectionEnded | None = None
+
+    def request(self, fields: list[Header], body: bytes = b"") -> int:
+        sid = self._c.send_request(fields, end_stream=not body)
+        if body:
+            self._c.send_data(sid, body, end_stream=True)
+        self.responses[sid] = ClientResponse(sid)
+        return sid
+
+    def receive(self, data: bytes) -> None:
+        if self.ended is not None:
+            return
+        try:
+            self._c.receive_data(data)
+        except ngh2.NGH2Error as exc:
+            self.ended = ConnectionEnded(f"h2: {exc}", PROTOCOL_ERROR)
+            return
+        for ev in self._c.events():
+            r = self.responses.get(getattr(ev, "stream_id", 0))
+            t = type(ev)
+            if t is _E_ConnectionClosed or (t is _E_GoAwayReceived and ev.error_code):  # type: ignore[attr-defined]
+                if self.ended is None:
+                    self.ended = ConnectionEnded(error_name(ev.error_code), ev.error_code)  # type: ignore[attr-defined]
+            elif r is None or r.done:
+                continue
+            elif t is ngh2.InformationalResponseReceived:
+                r.interim.append(ev.headers)  # type: ignore[attr-defined]
+            elif t is ngh2.ResponseReceived:
+                r.fields = ev.headers  # type: ignore[attr-defined]
+                r.status = int(dict(r.fields).get(b":status", b"0"))
+                r.done = ev.end_stream  # type: ignore[attr-defined]
+            elif t is _E_DataReceived:
+                r.body += ev.data  # type: ignore[attr-defined]
+                r.done = ev.end_stream  # type: ignore[attr-defined]
+            elif t is _E_TrailersReceived:
+                r.trailers, r.done = ev.headers, True  # type: ignore[attr-defined]
+            elif t is _E_StreamReset or t is _E_StreamClosed:
+                r.reset, r.done = ev.error_code, True  # type: ignore[attr-defined]
+
+    def data_to_send(self) -> bytes:
+        return self._c.data_to_send()
+
+
 # our names, re-exported for the shell: one import
 __all__ = [  # noqa: RUF022 - grouped by kind
-    "FIELDS_CHECKED", "REASONS", "H2Limits", "ServerConnection", "Event", "RequestHeaders", "RequestData",
+    "FIELDS_CHECKED", "REASONS", "H2Limits", "ServerConnection", "ClientConnection", "ClientResponse", "Event",
+    "RequestHeaders", "RequestData",
     "RequestTrailers", "StreamReset", "StreamRefused", "WindowOpened", "GoAwayReceived", "GoAwaySent",
     "ConnectionEnded", "Header", "error_name", "goaway_frame",
 ]  # fmt: skip

@@ -133,3 +133,22 @@ REASONS: tuple[str, ...] = (
     "h2_engine_error",
     "h2_peer_goaway_error",
 )
+
+
+class ClientResponse:
+    """The client side's result for one stream (``ClientConnection``): collected whole, for the probe.
+
+    ``done`` once the stream ended: by END_STREAM (``reset`` None) or abnormally (``reset`` = the error code).
+    ``fields`` is the final head, ``:status`` included; ``interim`` the 1xx heads before it."""
+
+    __slots__ = ("body", "done", "fields", "interim", "reset", "status", "stream_id", "trailers")
+
+    def __init__(self, stream_id: int) -> None:
+        self.stream_id = stream_id
+        self.status = 0
+        self.fields: tuple[Header, ...] = ()
+        self.interim: list[tuple[Header, ...]] = []
+        self.body = bytearray()
+        self.trailers: tuple[Header, ...] = ()
+        self.done = False
+        self.reset: int | None = None

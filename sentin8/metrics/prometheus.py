@@ -67,6 +67,11 @@ class SharedCountersCollector(Collector):
             labels=["service", "kind"],
         )
         l4 = CounterMetricFamily("sentin8_l4_connections", "Internal connections piped at L4", labels=["service"])
+        l4_bytes = CounterMetricFamily(
+            "sentin8_l4_bytes",
+            "Bytes piped at L4, counted as each pipe closes: in = client to backend, out = backend to client",
+            labels=["service", "direction"],
+        )
         for sidx, service in enumerate(names):
             row = c.MAX_COUNTERS + sidx * c.SERVICE_WORDS
             for slot, label in enumerate(STATUS_LABELS):
@@ -87,7 +92,11 @@ class SharedCountersCollector(Collector):
             n = words[row + c.S_L4]
             if n:
                 l4.add_metric([service], n)
-        yield from (requests, duration, upstream, l4)
+            for direction, offset in (("in", c.S_L4_BYTES_IN), ("out", c.S_L4_BYTES_OUT)):
+                n = words[row + offset]
+                if n:
+                    l4_bytes.add_metric([service, direction], n)
+        yield from (requests, duration, upstream, l4, l4_bytes)
 
         connections = CounterMetricFamily("sentin8_connections", "Accepted connections by source side", labels=["side"])
         for side in ("external", "internal"):

@@ -2,8 +2,9 @@
 
 Same source as the exposition (live + retired blocks), shaped like the fleet-wide figures there: per service
 ``requests``, ``status_1xx``..``status_5xx`` (+ ``status_other``), ``latency_buckets_ms`` as [upper bound in ms
-or None for +Inf, count] pairs, ``latency_sum_ms``, and the upstream/L4 counts. Services with no traffic are left
-out.
+or None for +Inf, count] pairs, ``latency_sum_ms``, the upstream counts, and the L4 path's ``l4_connections``
+with ``l4_bytes_in``/``l4_bytes_out`` (client -> backend and back, counted as each pipe closes). Services with no
+traffic are left out.
 """
 
 from __future__ import annotations
@@ -42,5 +43,7 @@ def service_stats(shared: SharedState) -> dict[str, dict[str, Any]]:
         entry["latency_sum_ms"] = round(words[row + c.S_LAT_SUM_US] / 1000.0, 3)
         entry["upstream"] = upstream
         entry["l4_connections"] = l4
+        entry["l4_bytes_in"] = words[row + c.S_L4_BYTES_IN]  # client -> backend, counted when a pipe closes
+        entry["l4_bytes_out"] = words[row + c.S_L4_BYTES_OUT]
         out[service] = entry
     return out

@@ -30,6 +30,8 @@ STATS_COUNTERS = (
     "policy_blocked",
     "connections_l4",
     "connections_l7",
+    "l4_bytes_in",  # client -> backend through L4 pipes, counted as each pipe closes
+    "l4_bytes_out",
     "upstream_warm",
     "upstream_cold",
     "upstream_stale_retry",

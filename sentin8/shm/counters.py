@@ -223,7 +223,10 @@ S_WARM = S_LAT_MAX_US + 1
 S_COLD = S_WARM + 1
 S_STALE_RETRY = S_COLD + 1
 S_L4 = S_STALE_RETRY + 1
-SERVICE_WORDS = align(S_L4 + 1, 8)
+# L4 bytes per service, counted when a pipe closes (as the fleet-wide l4_bytes_in/out): client -> backend, back
+S_L4_BYTES_IN = S_L4 + 1
+S_L4_BYTES_OUT = S_L4_BYTES_IN + 1
+SERVICE_WORDS = align(S_L4_BYTES_OUT + 1, 8)
 UPSTREAM_KINDS = {"warm": S_WARM, "cold": S_COLD, "stale_retry": S_STALE_RETRY}
 # The fleet-wide latency histogram, as ``total()`` reports it (derived from the per-service rows, not stored):
 # ``latency_le_<bound>ms`` per bucket, ``latency_le_inf``, and ``latency_sum_us``.
@@ -237,6 +240,7 @@ _UPSTREAM_BY_NAME = {  # name -> (fleet-wide word, offset in the service row)
     "upstream_cold": (INDEX["upstream_cold"], S_COLD),
     "upstream_stale_retry": (INDEX["upstream_stale_retry"], S_STALE_RETRY),
 }
+_L4_BYTES_IN, _L4_BYTES_OUT = INDEX["l4_bytes_in"], INDEX["l4_bytes_out"]
 _TRAFFIC_EXTERNAL = {what: TRAFFIC_NAMES[("external", what)] for what in ("connections", "requests")}
 _TRAFFIC_INTERNAL = {what: TRAFFIC_NAMES[("internal", what)] for what in ("connections", "requests")}
 
@@ -343,6 +347,16 @@ class WorkerCounters:
         if self.services:
             i = self._row(sidx) + S_L4
             self.words[i] = self.words[i] + 1
+
+    def l4_closed(self, sidx: int, bytes_in: int, bytes_out: int) -> None:
+        """A pipe of service ``sidx`` closed: its bytes each way, fleet-wide and in the service's row."""
+        w = self.words
+        w[_L4_BYTES_IN] += bytes_in
+        w[_L4_BYTES_OUT] += bytes_out
+        if self.services:
+            row = self._row(sidx)
+            w[row + S_L4_BYTES_IN] += bytes_in
+            w[row + S_L4_BYTES_OUT] += bytes_out
 
     # ---- fleet-wide, by reason or kind: one call each for the features that count them ---------------
 
