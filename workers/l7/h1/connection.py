@@ -125,6 +125,7 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
             refuse_status=self.refuse_status,
             protocol="h1",
         )
+        self.ctx.count("l7_connections_h1")
         # The first head must arrive within the header deadline too (a silent connection is a slowloris).
         self._deadline.arm(deadline.HEADER, self._header_timeout)
         if self._draining:  # the handshake finished in a draining worker: answer, with Connection: close
