@@ -23,6 +23,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..http.h2_budget import REASONS as _H2_BUDGET_REASONS
+from ..http.h2_events import REASONS as _H2_ENGINE_REASONS
+from ..http.h2_request import REASONS as _H2_REQUEST_REASONS
 from ..metrics.scales import (
     LATENCY_BOUNDS_S,
     LATENCY_BOUNDS_US,
@@ -31,9 +34,6 @@ from ..metrics.scales import (
     STATUS_SLOT_OF,
     STATUS_SLOTS,
 )
-from ..http.h2_budget import REASONS as _H2_BUDGET_REASONS
-from ..http.h2_events import REASONS as _H2_ENGINE_REASONS
-from ..http.h2_request import REASONS as _H2_REQUEST_REASONS
 from .region import CACHE_LINE, align
 
 if TYPE_CHECKING:
