@@ -149,6 +149,12 @@ class Metrics(_Section):
     valkey_url: str = ""  # publish here; empty = sources.valkey_url when sources.registry = "valkey", else off
 
 
+class Http2(_Section):
+    """HTTP/2 for external clients (ALPN ``h2``, preferred when offered); off = HTTP/1.1 only, as before."""
+
+    enabled: bool = False  # docs/http2.md: on by default once the attack and drain tests are all in
+
+
 class Log(_Section):
     access: bool = False  # one JSON line per L7 request on stderr (never path, query, header values or body)
 
@@ -194,6 +200,7 @@ class Config(_Section):
     breaker: Breaker = msgspec.field(default_factory=Breaker)
     mgmt: Mgmt = msgspec.field(default_factory=Mgmt)
     metrics: Metrics = msgspec.field(default_factory=Metrics)
+    http2: Http2 = msgspec.field(default_factory=Http2)
     log: Log = msgspec.field(default_factory=Log)
     shm: SharedMemory = msgspec.field(default_factory=SharedMemory)
     instances: list[InstanceEntry] = msgspec.field(default_factory=list)

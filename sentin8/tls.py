@@ -40,8 +40,9 @@ PQ_SIGALGS = b"mldsa65"
 SESSION_ID_CONTEXT = b"sentin8-proxy"
 
 
-# ALPN: the application protocols the edge speaks, in its order of preference (h2 comes with a later issue).
+# ALPN: the application protocols the edge speaks, in its order of preference; with [http2] enabled, h2 first.
 SERVED_PROTOCOLS = (b"http/1.1",)
+H2_PROTOCOLS = (b"h2", b"http/1.1")
 
 
 class TLSSetupError(RuntimeError):
@@ -64,13 +65,16 @@ def select_protocol(offered: Sequence[bytes], served: Sequence[bytes] = SERVED_P
     return None
 
 
-def _on_alpn(_conn: SSL.Connection, offered: list[bytes]) -> bytes:
-    chosen = select_protocol(offered)
-    if chosen is None:
-        # pyOpenSSL turns an exception into SSL_TLSEXT_ERR_ALERT_FATAL (OpenSSL then sends
-        # no_application_protocol) and re-raises it from do_handshake; "no overlap" would only skip ALPN.
-        raise NoApplicationProtocol([("SSL routines", "", "no application protocol")])
-    return chosen
+def _alpn_selector(served: Sequence[bytes]) -> Callable[[SSL.Connection, list[bytes]], bytes]:
+    def on_alpn(_conn: SSL.Connection, offered: list[bytes]) -> bytes:
+        chosen = select_protocol(offered, served)
+        if chosen is None:
+            # pyOpenSSL turns an exception into SSL_TLSEXT_ERR_ALERT_FATAL (OpenSSL then sends
+            # no_application_protocol) and re-raises it from do_handshake; "no overlap" would only skip ALPN.
+            raise NoApplicationProtocol([("SSL routines", "", "no application protocol")])
+        return chosen
+
+    return on_alpn
 
 
 # -- the calls pyOpenSSL has no public API for ---------------------------------------------------------
@@ -227,8 +231,10 @@ def server_context(
     groups: bytes = PQ_GROUPS,
     sigalgs: bytes = PQ_SIGALGS,
     client_ca_file: str = "",
+    protocols: Sequence[bytes] = SERVED_PROTOCOLS,
 ) -> SSL.Context:
-    """A TLS 1.3 server context restricted to ``groups``/``sigalgs`` with session tickets on.
+    """A TLS 1.3 server context restricted to ``groups``/``sigalgs`` with session tickets on; ALPN selects
+    from ``protocols`` in their order (``H2_PROTOCOLS``: h2 preferred).
 
     ``cert`` installs a certificate (leaf, chain, key); without one the context is a front context that
     needs a servername callback (see ``SNIContexts``). ``client_ca_file`` asks clients for a certificate and
@@ -243,7 +249,7 @@ def server_context(
     ctx.set_session_id(SESSION_ID_CONTEXT)
     ctx.set_session_cache_mode(SSL.SESS_CACHE_SERVER)
     # ALPN runs after the servername callback has switched contexts: every server context selects.
-    ctx.set_alpn_select_callback(_on_alpn)
+    ctx.set_alpn_select_callback(_alpn_selector(protocols))
     if client_ca_file:
         try:
             ctx.load_verify_locations(client_ca_file)
@@ -374,11 +380,12 @@ class SNIContexts:
         client_ca_file: str = "",
         on_select: Callable[[SSL.Connection, ServerCert], None] | None = None,
         tickets: TicketSealer | None = None,
+        protocols: Sequence[bytes] = SERVED_PROTOCOLS,
     ) -> None:
         self.store = store
         self.tickets = tickets  # fleet-wide ticket keys; None = this process's own (OpenSSL's default)
         self.on_select = on_select
-        self._opts = {"groups": groups, "sigalgs": sigalgs, "client_ca_file": client_ca_file}
+        self._opts = {"groups": groups, "sigalgs": sigalgs, "client_ca_file": client_ca_file, "protocols": protocols}
         self._contexts: weakref.WeakKeyDictionary[ServerCert, SSL.Context] = weakref.WeakKeyDictionary()
         # Counters (plain attributes).
         self.selected_store = 0

@@ -20,6 +20,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+import h2.settings
 from hyperframe.frame import Frame, GoAwayFrame
 
 from tests import h2frames
@@ -84,8 +85,10 @@ class H2Client:
             client_side=True, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False
         )
         self.h2 = h2.connection.H2Connection(cfg)
-        self.h2.local_settings.initial_window_size = window  # reading as fast as it can
         self.h2.initiate_connection()
+        # reading as fast as it can. Through update_settings: a value set on local_settings before
+        # initiate_connection is never sent (the server would keep 65535 while we thought 16 MiB, and stall)
+        self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
         if window > 65535:
             self.h2.increment_flow_control_window(window - 65535)
         self.responses: dict[int, H2Response] = {}

@@ -20,6 +20,8 @@ def test_defaults_match_the_design():
     assert cfg.sources.poll_interval_s == 30 and cfg.sources.suspect_ttl_s == 30
     assert "10.0.0.0/8" in cfg.network.internal_cidrs
     assert cfg.limits.max_request_body_bytes == 0  # no cap: bodies stream (README, "Request bodies")
+    assert cfg.http2.enabled is False  # docs/http2.md: HTTP/1.1 only until it is turned on
+    assert load_bytes(b"[http2]\nenabled = true\n").http2.enabled is True
 
 
 @pytest.mark.parametrize(
@@ -38,6 +40,8 @@ def test_defaults_match_the_design():
         (b"[limits]\npeek_timeout_s = 0\n", "limits.peek_timeout_s"),
         (b"[limits]\nmax_request_body_bytes = -1\n", "limits.max_request_body_bytes"),
         (b'[limits]\nmax_request_body_bytes = "1M"\n', "limits.max_request_body_bytes"),
+        (b'[http2]\nenabled = "yes"\n', "http2.enabled"),
+        (b"[http2]\nbogus = 1\n", "http2.bogus"),
         (b"[shm]\nsuspect_slots = 1000\n", "shm.suspect_slots"),
         (b"[shm]\nmetrics_services = 1\n", "shm.metrics_services"),
         (b'[metrics]\nvalkey_url = "http://x"\n', "metrics.valkey_url"),

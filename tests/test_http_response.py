@@ -284,3 +284,59 @@ def test_interim_budget():
     assert not interim_within_budget(1, 65537)
     assert heads_within_budget(65536 + 131072, 131072)
     assert not heads_within_budget(65536 + 131073, 131072)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The split: the exchange's half (upstream_body) and the client writer's (client_framing, H1Response)
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [200, 204, 304])
+@pytest.mark.parametrize(
+    "headers",
+    [[], [(b"Content-Length", b"3")], [(b"Transfer-Encoding", b"chunked")],
+     [(b"Transfer-Encoding", b"chunked"), (b"Content-Length", b"3")]],
+)  # fmt: skip
+@pytest.mark.parametrize("head_only", [False, True])
+def test_upstream_body_says_where_the_body_ends_whatever_the_client(status, headers, head_only):
+    from sentin8.http.response import upstream_body
+
+    body = upstream_body(status, headers, head_only=head_only)
+    chunked = any(n == b"Transfer-Encoding" for n, _ in headers)
+    length = any(n == b"Content-Length" for n, _ in headers)
+    assert body.no_body == (head_only or status in (204, 304))
+    assert body.until_close == (not body.no_body and not chunked and not length)
+    assert body.chunked == (chunked and not body.no_body)
+    assert body.drop_content_length == (chunked and length)
+
+
+def test_the_h1_writer_frames_the_client_half():
+    from sentin8.http.framing import validate_request
+    from sentin8.http.h1_response import CONTINUE, H1Response
+    from sentin8.http.response import upstream_body
+
+    def head(version: str, method: bytes = b"GET"):
+        return validate_request(method, b"/", version, [(b"Host", b"a")], keep_alive=version == "1.1", upgrade=False)
+
+    w = H1Response(head("1.1"), head_only=False)
+    assert w.continue_() == CONTINUE and w.interim(100, b"Continue", []) is None  # our own 100 is not repeated
+    assert w.interim(103, b"Early Hints", [(b"Link", b"</a>")]).startswith(b"HTTP/1.1 103 Early Hints\r\n")
+    until_close = upstream_body(200, [], head_only=False)
+    assert w.head(200, b"OK", [], until_close, draining=False).endswith(b"Transfer-Encoding: chunked\r\n\r\n")
+    assert w.chunked and not w.close
+    assert w.body(b"abc", LIMIT) == [b"3\r\nabc\r\n"] and w.end() == LAST_CHUNK
+    w.abort()
+    assert w.close  # a response cut off: only the close can tell the client
+
+    old = H1Response(head("1.0"), head_only=False)
+    assert old.interim(103, b"Early Hints", []) is None  # never a 1xx to HTTP/1.0 (RFC 9110 §15.2)
+    assert old.head(200, b"OK", [], until_close, draining=False) == b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"
+    assert old.close and not old.chunked and old.body(b"abc", LIMIT) == [b"abc"] and old.end() is None
+
+    err = H1Response(head("1.1", b"HEAD"), head_only=True)
+    out = err.error(503)
+    assert err.close and out.endswith(b"Connection: close\r\n\r\n")  # HEAD: no body
+    kept = H1Response(head("1.1"), head_only=False)
+    assert not kept.local(429, [(b"Retry-After", b"1")], keep=True, body=None).endswith(b"Connection: close\r\n\r\n")
+    assert not kept.close
+    assert b"Connection: close" in kept.local(429, [], keep=False, body=b"x") and kept.close

@@ -551,7 +551,7 @@ def test_the_largest_real_chunk_size_is_forwarded(start, web):  # noqa: F811
 
 
 def test_without_the_chunk_size_view_the_cap_still_holds_by_the_bytes_streamed(start, web, monkeypatch):  # noqa: F811
-    import workers.l7.reader as reader
+    import workers.l7.h1.reader as reader
 
     monkeypatch.setattr(reader, "chunk_size_view", lambda parser: None)  # another httptools layout
     proxy = capped(start, web)

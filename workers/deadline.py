@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 # What a deadline currently guards: nothing, a client connection's, a backend connection's.
 NONE = 0
-HEADER, IDLE, BODY = 1, 2, 3  # workers/l7/connection.py
+HEADER, IDLE, BODY = 1, 2, 3  # workers/l7/h1/connection.py
 POOL_IDLE, RESPONSE = 4, 5  # workers/upstream.py
 
 

@@ -68,7 +68,7 @@ class WorkerL7Context:
         """An answered request: per-service status and latency, traffic side, access log."""
         counters = self.counters
         counters.request(ex.sidx, ex.status, seconds)
-        counters.traffic(ex.bridge.external, "requests")
+        counters.traffic(ex.client.facts.external, "requests")
         if self.access_log is not None:
             self.access_log.write(ex, seconds)
 

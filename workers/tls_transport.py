@@ -76,7 +76,7 @@ class TLSAppTransport(asyncio.Transport):
 # The extra-info keys a TLS connection answers itself; every other key goes to the raw transport.
 TLS_KEYS = frozenset(
     {"sni", "tls_group", "tls_version", "tls_cipher", "peercert", "tls_session", "session_reused", "ssl_object",
-     "tls_connection"}
+     "tls_connection", "alpn"}
 )  # fmt: skip
 
 
@@ -98,4 +98,6 @@ def tls_info(conn: SSL.Connection, name: str, default: Any) -> Any:
         return conn.get_session()
     if name == "session_reused":
         return tls.session_reused(conn)
+    if name == "alpn":  # the protocol ALPN chose (b"h2", b"http/1.1"), None without ALPN
+        return conn.get_alpn_proto_negotiated() or default
     return conn  # ssl_object, tls_connection

@@ -39,13 +39,14 @@ from sentin8.tls import SNIContexts
 from .connect import connect_first
 from .l4_pipe import PipePool, SplicePipe
 from .l7 import L7Bridge, PlainHTTPListener
+from .l7.h2.connection import H2Bridge
 from .l7_context import WorkerL7Context
 from .listener import bind_reuseport
 from .peek import PeekFailed, peek_client_hello
 from .tls_layer import TLSServerProtocol
 
 ACCEPT_BATCH = 64
-_B = TypeVar("_B", bound=L7Bridge)
+_B = TypeVar("_B", bound=L7Bridge | H2Bridge)
 
 
 def _decode_paused_gc(data: bytes) -> RoutingTable:
@@ -90,8 +91,13 @@ class Worker:
             on_expiring=lambda _cert, _left: self.counters.inc("cert_expiring"),
         )
         self.tickets = self._ticket_sealer(shared)
-        self.sni = SNIContexts(self.certs, client_ca_file=cfg.tls.client_ca_file, tickets=self.tickets)
-        self.bridges: set[L7Bridge] = set()
+        self.sni = SNIContexts(
+            self.certs,
+            client_ca_file=cfg.tls.client_ca_file,
+            tickets=self.tickets,
+            protocols=tls.H2_PROTOCOLS if cfg.http2.enabled else tls.SERVED_PROTOCOLS,
+        )
+        self.bridges: set[L7Bridge | H2Bridge] = set()
         self.listeners: list[socket.socket] = []
         self.http_listener: socket.socket | None = None
         self.internal_l4_listener: socket.socket | None = None
@@ -279,8 +285,10 @@ class Worker:
         the transport owns the socket; its ``connection_lost`` releases the hold."""
         self.counters.inc("connections_l7")
 
-        def bridge() -> L7Bridge:
-            made = self._new_bridge(L7Bridge, addr, "https")
+        def bridge() -> L7Bridge | H2Bridge:
+            # ALPN chose the protocol (h2 only when [http2] enabled offers it); no ALPN = HTTP/1.1
+            h2 = layer.extra_info("alpn", None) == b"h2"
+            made: L7Bridge | H2Bridge = self._new_bridge(H2Bridge if h2 else L7Bridge, addr, "https")
             if over_cap:
                 made.refuse_status = 503  # over the per-client connection cap: every request gets 503 + close
             return made
@@ -390,7 +398,7 @@ class Worker:
 class _TrackedTLS(TLSServerProtocol):
     """The TLS layer of one external connection, releasing its hold when the connection ends."""
 
-    def __init__(self, bridges: set[L7Bridge], hold: Hold, *args, **kwargs) -> None:
+    def __init__(self, bridges: set[L7Bridge | H2Bridge], hold: Hold, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._bridges = bridges
         self._hold = hold
@@ -408,10 +416,10 @@ class _TrackedTLS(TLSServerProtocol):
 class _TrackedHTTP(PlainHTTPListener):
     """The :80 bridge, releasing its hold when the connection ends."""
 
-    _bridges: set[L7Bridge]
+    _bridges: set[L7Bridge | H2Bridge]
     _hold: Hold | None = None
 
-    def track(self, bridges: set[L7Bridge], hold: Hold) -> None:
+    def track(self, bridges: set[L7Bridge | H2Bridge], hold: Hold) -> None:
         self._bridges = bridges
         self._hold = hold
 

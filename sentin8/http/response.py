@@ -68,19 +68,32 @@ class ResponseFraming:
         self.extra = extra  # headers the proxy adds after the forwarded ones
 
 
-def response_framing(
-    status: int,
-    headers: list[Header],
-    *,
-    head_only: bool,
-    version: str,
-    keep_alive: bool,
-    websocket: bool,
-    draining: bool,
-) -> ResponseFraming:
-    """Frame a final response. ``headers`` are the backend's as received; ``version``, ``keep_alive`` and
-    ``websocket`` describe the client's request. Raises ``HeadError(502)`` for a transfer coding other than
-    chunked."""
+class UpstreamBody:
+    """How the backend delimits one final response's body: the exchange's half of the framing (it needs to
+    know when the body ends and whether the backend connection can be reused). Shared instances: read, never
+    write."""
+
+    __slots__ = ("chunked", "drop_content_length", "no_body", "until_close")
+
+    def __init__(self, no_body: bool, chunked: bool, until_close: bool, drop_content_length: bool) -> None:
+        self.no_body = no_body  # HEAD, 204, 304: the head only
+        self.chunked = chunked  # a body the backend sends chunked (decoded by the parser)
+        self.until_close = until_close  # neither chunked nor a Content-Length: the body ends when it closes
+        self.drop_content_length = drop_content_length  # Content-Length beside chunked: not forwarded
+
+
+_BODIES = {
+    (no_body, chunked, close, drop): UpstreamBody(no_body, chunked, close, drop)
+    for no_body in (False, True)
+    for chunked in (False, True)
+    for close in (False, True)
+    for drop in (False, True)
+}
+
+
+def upstream_body(status: int, headers: list[Header], *, head_only: bool) -> UpstreamBody:
+    """How the backend's final response delimits its body (``headers`` as received). Raises
+    ``HeadError(502)`` for a transfer coding other than chunked."""
     chunked_in = False
     has_length = False
     for name, value in headers:
@@ -91,15 +104,40 @@ def response_framing(
             chunked_in = True
         elif n == 14 and name.lower() == b"content-length":
             has_length = True
-    chunked_out = close_delimited = False
-    if not (head_only or status == 204 or status == 304) and (chunked_in or not has_length):
-        close_delimited = not chunked_in
-        chunked_out = version == "1.1"
+    no_body = head_only or status == 204 or status == 304
+    until_close = not no_body and not chunked_in and not has_length
+    return _BODIES[no_body, chunked_in and not no_body, until_close, chunked_in and has_length]
+
+
+def client_framing(
+    body: UpstreamBody, *, version: str, keep_alive: bool, websocket: bool, draining: bool
+) -> ResponseFraming:
+    """The client's half: how a final response whose body is delimited as ``body`` is framed towards the
+    client. ``version``, ``keep_alive`` and ``websocket`` describe the client's request."""
+    chunked_out = (body.chunked or body.until_close) and version == "1.1"
+    close_delimited = body.until_close
     if version == H2_VERSION:
         close = False  # a stream ends with END_STREAM; the connection is closed by its own GOAWAY
     else:
         close = draining or not keep_alive or version != "1.1" or websocket or (close_delimited and not chunked_out)
-    return _FRAMINGS[chunked_out, close_delimited, close, chunked_in and has_length]
+    return _FRAMINGS[chunked_out, close_delimited, close, body.drop_content_length]
+
+
+def response_framing(
+    status: int,
+    headers: list[Header],
+    *,
+    head_only: bool,
+    version: str,
+    keep_alive: bool,
+    websocket: bool,
+    draining: bool,
+) -> ResponseFraming:
+    """Frame a final response: ``upstream_body`` (the exchange's half) then ``client_framing`` (the client
+    writer's). ``headers`` are the backend's as received. Raises ``HeadError(502)`` for a transfer coding
+    other than chunked."""
+    body = upstream_body(status, headers, head_only=head_only)
+    return client_framing(body, version=version, keep_alive=keep_alive, websocket=websocket, draining=draining)
 
 
 # Every outcome prebuilt (16 of them, immutable by convention): framing a response allocates nothing.

@@ -23,6 +23,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..http.h2_budget import REASONS as _H2_BUDGET_REASONS
+from ..http.h2_events import REASONS as _H2_ENGINE_REASONS
+from ..http.h2_request import REASONS as _H2_REQUEST_REASONS
 from ..metrics.scales import (
     LATENCY_BOUNDS_S,
     LATENCY_BOUNDS_US,
@@ -180,6 +183,16 @@ NAMES: tuple[str, ...] = (
     "l4_active",
     "active_connections",  # L7 requests in flight: the drain signal
     "open_connections",
+    # issue 17: L7 connections by client protocol (ALPN), and the h2 shell's refusals by reason
+    "l7_connections_h1",
+    "l7_connections_h2",
+    "h2_streams",
+    "h2_stream_errors",  # a malformed request: RST_STREAM PROTOCOL_ERROR, never forwarded
+    "h2_goaway_sent",
+    "h2_drain_goaway",
+    *_H2_ENGINE_REASONS,  # the engine's refusals (sentin8/http/h2_events.py)
+    *_H2_BUDGET_REASONS,  # the budgets' (h2_budget.py)
+    *_H2_REQUEST_REASONS,  # malformed requests (h2_request.py)
 )
 GAUGES = ("l4_active", "active_connections", "open_connections")
 MAX_COUNTERS = 256  # room for the names other features add; the last three words are the block's own

@@ -3,35 +3,27 @@ upstream connection, both body directions, the response relayed and re-framed, t
 
 Its lifecycle is one ``ExchangeState`` (state.py: the states, the transition table, the check).
 
-The exchange reaches its connection only through the connection's public methods (connection.py).
+It never sees the client's wire protocol: what it asks of the client side of its request is the
+``Downstream`` protocol (downstream.py): the response as events, the proxy's own answers, the request body's
+flow. The upstream half of the framing (where the backend's body ends, whether its connection is reusable) is
+decided here; the client half (chunking, closing, interim responses a client may see) by the downstream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 import httptools
 
-from sentin8.http.framing import (
-    HeadError,
-    error_response,
-    local_response,
-    response_head,
-)
+from sentin8.http.framing import HeadError
 from sentin8.http.headers import Header, response_headers
-from sentin8.http.response import (
-    CRLF,
-    LAST_CHUNK,
-    chunk_size_line,
-    upstream_reusable,
-)
+from sentin8.http.response import CRLF, LAST_CHUNK, chunk_size_line, upstream_reusable
 from sentin8.routing import Instance
 from workers.upstream import UpstreamConn
 
-from . import flow
-from .admission import admit
+from .admission import Refuse, admit
+from .downstream import Downstream
 from .relay import ResponseRelay
 from .request import Request, Stop
 from .state import (
@@ -53,15 +45,10 @@ from .state import (
     ExchangeState,
     ExchangeStateError,
 )
-from .tunnel import Tunnel
 from .waf_wait import WafWait
-
-if TYPE_CHECKING:
-    from .connection import L7Bridge
 
 log = logging.getLogger("sentin8.l7")
 
-LOCAL_DRAIN_MAX = 64 * 1024  # a refused request's body read and dropped to keep the connection; above it, close
 IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
 _STATUS_CLASS = {1: "status_1xx", 2: "status_2xx", 3: "status_3xx", 4: "status_4xx", 5: "status_5xx"}
 
@@ -72,16 +59,12 @@ class Exchange(ResponseRelay):
     __slots__ = (
         "_cand_idx",
         "_candidates",
-        "_out",
         "_task",
         "_waf",
         "body_written",
-        "bridge",
-        "chunked_out",
-        "close_client",
+        "client",
         "close_delimited",
         "conn",
-        "continue_sent",
         "corr",
         "head_bytes",
         "head_only",
@@ -103,8 +86,8 @@ class Exchange(ResponseRelay):
         "warm",
     )
 
-    def __init__(self, bridge: L7Bridge, req: Request) -> None:
-        self.bridge = bridge
+    def __init__(self, client: Downstream, req: Request) -> None:
+        self.client = client
         self.req = req
         self.state = ROUTING
         self.service = ""
@@ -123,12 +106,9 @@ class Exchange(ResponseRelay):
         self.head_bytes = b""
         self.body_written = 0
         self.head_only = False
-        self.close_client = False
-        self.continue_sent = False  # we answered Expect: 100-continue ourselves
         self._waf: WafWait | None = None
         self.resp_parser: httptools.HttpResponseParser | None = None
         self.resp_raw, self.interims, self.interim_bytes = b"", 0, 0  # the response's heads (relay.py)
-        self._out: list[bytes] | None = None  # response bytes batched during one upstream read
         self._reset_response()
 
     def _to(self, state: ExchangeState) -> None:
@@ -141,12 +121,18 @@ class Exchange(ResponseRelay):
         head = self.req.head
         assert head is not None
         self.head_only = head.method == b"HEAD"
-        admitted = admit(self, self.bridge, head)
-        if admitted is None:
+        client = self.client
+        outcome = admit(client.ctx, client.facts, head)
+        self.routed(outcome.service, outcome.sidx, outcome.host)
+        if isinstance(outcome, Refuse):
+            if outcome.local:
+                self.respond_local(outcome.status, outcome.headers or [], keep_alive=outcome.keep_alive)
+            else:
+                self.respond_error(outcome.status)
             return
-        self.head_bytes, self.corr, inspect = admitted
-        if inspect:
-            gate = self.bridge.ctx.waf_gate()
+        self.head_bytes, self.corr = outcome.head_bytes, outcome.corr
+        if outcome.inspect:
+            gate = client.ctx.waf_gate()
             if gate is not None and gate.enabled():
                 self._waf = WafWait(self, gate)
                 self._waf.start()
@@ -161,7 +147,7 @@ class Exchange(ResponseRelay):
 
     def forward(self) -> None:
         """Pick the backend and send the request: a pooled connection now, or a connect task."""
-        ctx = self.bridge.ctx
+        ctx = self.client.ctx
         self._candidates = ctx.candidates(self.service)
         if not self._candidates:
             ctx.count("upstream_unavailable")
@@ -173,11 +159,11 @@ class Exchange(ResponseRelay):
             self._attach(conn, self._candidates[0], warm=True)
         else:
             self._to(CONNECTING)
-            self._task = self.bridge.loop.create_task(self._connect(fresh=False))
+            self._task = self.client.loop.create_task(self._connect(fresh=False))
 
     async def _connect(self, fresh: bool) -> None:
         """Try the candidates from the current one on; connect failures mark suspects. Ends in a 502."""
-        ctx = self.bridge.ctx
+        ctx = self.client.ctx
         try:
             while self._cand_idx < len(self._candidates) and self.state is not DONE:
                 inst = self._candidates[self._cand_idx]
@@ -223,14 +209,14 @@ class Exchange(ResponseRelay):
             self._task = None
 
     def _attach(self, conn: UpstreamConn, inst: Instance, warm: bool) -> None:
-        b = self.bridge
+        client = self.client
         self.conn = conn
         self.instance = inst
         self.warm = warm
         conn.owner = self
         self.body_written = 0
         self.resp_parser = httptools.HttpResponseParser(self)
-        if b.writing_paused:
+        if client.writing_paused:
             conn.pause_reading()
         req = self.req
         transport = conn.transport
@@ -261,9 +247,9 @@ class Exchange(ResponseRelay):
             conn.expect_response()
         else:
             self._to(SENDING)
-        b.resume_reading(flow.BODY_HELD)
-        if b.track_buffers:
-            b.track(0)
+        client.body_taken()
+        if client.track_buffers:
+            client.track(0)
 
     # -- request body (client -> upstream) -------------------------------------------------------------
     def client_body(self, data: bytes) -> None:
@@ -271,20 +257,20 @@ class Exchange(ResponseRelay):
         if state is DONE or state is ANSWERED:
             return  # answered already (an early response or an error): the rest is dropped
         if self.conn is None:
-            self.bridge.hold_body(self.req, data)
+            self.client.hold_body(self.req, data)
             if state is INSPECTING:
                 self._waf.body_progress()  # type: ignore[union-attr]
             return
         self._write_body(data)
-        if self.bridge.track_buffers:
-            self.bridge.track(0)
+        if self.client.track_buffers:
+            self.client.track(0)
 
     def client_body_end(self) -> None:
         state = self.state
         if state is INSPECTING:
             self._waf.run()  # type: ignore[union-attr]
         elif state is ANSWERED:
-            self._finish(reuse=False, close_client=False)  # the body is read: the next request may follow
+            self._finish(reuse=False)  # the body is read: the next request may follow
         elif state is not DONE and self.conn is not None:
             if self.req.head.chunked:  # type: ignore[union-attr]
                 self.conn.transport.write(LAST_CHUNK)  # type: ignore[union-attr]
@@ -304,12 +290,11 @@ class Exchange(ResponseRelay):
     def await_body(self, limit: int) -> None:
         """The WAF needs the body first: hold up to ``limit`` bytes of it."""
         self._to(INSPECTING)
-        self.bridge.raise_hold_limit(limit, self.req.buffered)
+        self.client.hold_limit(limit, self.req.buffered)
 
     def send_continue(self) -> None:
         """Answer ``Expect: 100-continue`` ourselves (the backend cannot: it has not seen the request)."""
-        self.continue_sent = True
-        self.bridge.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self.client.send_continue()
 
     def inspecting(self) -> None:
         self._to(VERDICT)
@@ -327,22 +312,21 @@ class Exchange(ResponseRelay):
             return
         parser = self.resp_parser
         assert parser is not None
-        self._out = []
         try:
             parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
-            self._flush()
+            self.client.flush()
             self._switch_to_tunnel(data[exc.args[0] :])
             return
         except httptools.HttpParserError as exc:
-            self._flush()
+            self.client.flush()
             if self.state is not RECEIVED or not isinstance(exc.__context__, Stop):
                 cause = exc.__context__
                 if cause is not None and not isinstance(cause, Stop | HeadError):
                     log.error("L7 bridge response callback failed", exc_info=cause)
                 self._upstream_failed()
                 return
-        self._flush()
+        self.client.flush()
         if self.state is RECEIVED:
             self._response_done()
 
@@ -355,43 +339,56 @@ class Exchange(ResponseRelay):
             if self.warm and not self.retried and self.body_written == 0 and self.req.head.method in IDEMPOTENT:  # type: ignore[union-attr]
                 # A pooled connection the backend had closed: replay once on a fresh one (RFC 9110 §9.2.2).
                 self.retried = True
-                self.bridge.ctx.upstream(self.sidx, "upstream_stale_retry")
-                self.bridge.resume_reading(flow.UPSTREAM_FULL)
+                self.client.ctx.upstream(self.sidx, "upstream_stale_retry")
+                self.client.resume_body()
                 self._to(CONNECTING)
-                self._task = self.bridge.loop.create_task(self._connect(fresh=True))
+                self._task = self.client.loop.create_task(self._connect(fresh=True))
                 return
-            self.bridge.ctx.count("upstream_errors")
+            self.client.ctx.count("upstream_errors")
             self.respond_error(502)
             return
         if state is STREAMING and self.close_delimited:
             # The body was delimited by the close: this is its end.
-            if self.chunked_out:
-                self.bridge.write(LAST_CHUNK)
-            self._finish(reuse=False, close_client=self.close_client)
+            self.client.send_end()
+            self.client.flush()
+            self._finish(reuse=False)
             return
         self._upstream_failed()
 
     def upstream_pause_writing(self) -> None:
-        self.bridge.pause_reading(flow.UPSTREAM_FULL)
-        self.bridge.ctx.count("backpressure_client_paused")
+        self.client.pause_body()
+        self.client.ctx.count("backpressure_client_paused")
 
     def upstream_resume_writing(self) -> None:
-        self.bridge.resume_reading(flow.UPSTREAM_FULL)
+        self.client.resume_body()
+
+    # -- the client side's write buffer (downstream) -----------------------------------------------------
+    def client_write_paused(self) -> None:
+        """The client cannot take more now: stop reading the backend's response."""
+        conn = self.conn
+        if conn is not None:
+            conn.pause_reading()
+            self.client.ctx.count("backpressure_upstream_paused")
+
+    def client_write_resumed(self) -> None:
+        conn = self.conn
+        if conn is not None:
+            conn.resume_reading()
 
     def upstream_timeout(self) -> None:
         if self.state is not AWAITING:
             return
-        self.bridge.ctx.count("upstream_timeout")
+        self.client.ctx.count("upstream_timeout")
         self.respond_error(504)  # the connection is closed, never pooled: a late answer must not leak
 
     def _upstream_failed(self) -> None:
         """The backend broke the response: 502 if nothing was sent yet, else cut the client off."""
         if self.state not in HEAD_SENT:
-            self.bridge.ctx.count("upstream_errors")
+            self.client.ctx.count("upstream_errors")
             self.respond_error(502)
         else:
-            self.bridge.ctx.count("upstream_truncated")
-            self._finish(reuse=False, close_client=True)
+            self.client.ctx.count("upstream_truncated")
+            self._finish(reuse=False, abort=True)
 
     def _response_done(self) -> None:
         reuse = upstream_reusable(
@@ -401,71 +398,52 @@ class Exchange(ResponseRelay):
             close_delimited=self.close_delimited,
             request_complete=self.req.complete,
         )
-        self._finish(reuse=reuse, close_client=self.close_client)
+        self._finish(reuse=reuse)
 
     # -- the switch to a tunnel ----------------------------------------------------------------------------
     def _switch_to_tunnel(self, rest: bytes) -> None:
         if self.state is not UPGRADING:
             self._upstream_failed()
             return
-        b = self.bridge
+        client = self.client
         conn = self.conn
         assert conn is not None
-        b.write(response_head(101, self.resp_reason, response_headers(self.resp_headers, upgrade=True)))
         self.status = 101
         self._to(TUNNEL)
-        b.ctx.count("websocket_upgrades")
-        b.ctx.count("status_1xx")
-        b.ctx.request_done(self, b.loop.time() - self.req.t0)
-        b.open_tunnel(Tunnel(self, b, conn, rest, self.req.take_upgrade_data()))
-        b.resume_reading(flow.BODY_HELD | flow.STOPPED | flow.PIPELINED)
+        client.ctx.count("websocket_upgrades")
+        client.ctx.count("status_1xx")
+        client.open_tunnel(self, conn, self.resp_reason, response_headers(self.resp_headers, upgrade=True), rest)
+        client.ctx.request_done(self, client.loop.time() - self.req.t0)
 
     def tunnel_closed(self) -> None:
-        """The backend closed the tunnel: so does the client connection."""
+        """The backend closed the tunnel: so does the client side."""
         self.conn = None
-        self._finish(reuse=False, close_client=True)
+        self._finish(reuse=False, abort=True)
 
     # -- endings -----------------------------------------------------------------------------------------
     def respond_error(self, status: int) -> None:
-        """Answer ``status`` and close the client connection (or just close, mid-response)."""
+        """Answer ``status`` (an HTTP/1.1 client's connection closes after it), or cut the response off when its
+        head has gone already."""
         if self.state is DONE:
             return
-        b = self.bridge
-        if self.state not in HEAD_SENT:
-            self.status = status
-            b.ctx.count(f"http_{status}")
-            if not b.closing:
-                b.write(error_response(status, head_only=self.head_only))
-        self._finish(reuse=False, close_client=True)
+        if self.state in HEAD_SENT:
+            self._finish(reuse=False, abort=True)
+            return
+        self.status = status
+        self.client.ctx.count(f"http_{status}")
+        self.client.answer_error(status)
+        self._finish(reuse=False)
 
     def respond_local(self, status: int, headers: list[Header], *, keep_alive: bool, body: bytes | None = None) -> None:
-        """Answer ``status`` ourselves; keep the connection when asked to and the client allows it.
-
-        A body still to come is read and dropped first (ANSWERED), up to ``LOCAL_DRAIN_MAX`` bytes declared;
-        a bigger or chunked body is not worth reading: the connection closes after the answer.
-        """
+        """Answer ``status`` ourselves; the client side says whether it stays (``keep_alive`` asks it to). A
+        body still to come is then read and dropped (ANSWERED) before the exchange is done."""
         if self.state is DONE:
             return
-        b = self.bridge
-        req = self.req
-        head = req.head
-        assert head is not None
-        keep = (
-            keep_alive
-            and head.keep_alive
-            and head.version == "1.1"
-            and not head.websocket
-            and not b.draining
-            and (req.complete or (not head.chunked and (head.content_length or 0) <= LOCAL_DRAIN_MAX))
-        )
         self.status = status
-        b.ctx.count(f"http_{status}")
-        if not b.closing:
-            b.write(local_response(status, headers, close=not keep, head_only=self.head_only, body=body))
-        if not keep:
-            self._finish(reuse=False, close_client=True)
-        elif req.complete:
-            self._finish(reuse=False, close_client=False)
+        self.client.ctx.count(f"http_{status}")
+        kept = self.client.answer_local(status, headers, keep_alive=keep_alive, body=body)
+        if not kept or self.req.complete:
+            self._finish(reuse=False)
         else:
             self._to(ANSWERED)
 
@@ -474,7 +452,7 @@ class Exchange(ResponseRelay):
         if self.state is DONE:
             return
         self._to(DONE)
-        self.bridge.ctx.count("client_aborted")
+        self.client.ctx.count("client_aborted")
         self._cancel_connect()
         conn, self.conn = self.conn, None
         if conn is not None:
@@ -483,15 +461,17 @@ class Exchange(ResponseRelay):
     def _cancel_connect(self) -> None:
         task, self._task = self._task, None
         # Not the task we are running in: it is about to return by itself.
-        if task is not None and not task.done() and task is not asyncio.current_task(self.bridge.loop):
+        if task is not None and not task.done() and task is not asyncio.current_task(self.client.loop):
             task.cancel()
 
-    def _finish(self, reuse: bool, close_client: bool) -> None:
+    def _finish(self, reuse: bool, abort: bool = False) -> None:
         if self.state is DONE:
             return
         self._to(DONE)
-        b = self.bridge
-        ctx = b.ctx
+        client = self.client
+        ctx = client.ctx
+        if abort:
+            client.send_abort()
         if self._task is not None:
             self._cancel_connect()
         conn, self.conn = self.conn, None
@@ -506,8 +486,8 @@ class Exchange(ResponseRelay):
             ctx.upstream_result(self.instance.id, status not in (502, 503, 504))
         if status and status != 101:  # counted and timed at the switch
             ctx.count(_STATUS_CLASS.get(status // 100, "status_other"))
-            ctx.request_done(self, b.loop.time() - self.req.t0)
-        b.exchange_done(self, close_client)
+            ctx.request_done(self, client.loop.time() - self.req.t0)
+        client.exchange_done(self)
         # The parser holds our bound methods and we hold it: break the cycle so this exchange is freed by
         # reference counting now, not by the cyclic GC later (~20 objects per request otherwise).
         self.resp_parser = None

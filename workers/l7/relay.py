@@ -1,10 +1,12 @@
-"""The response half of an exchange: the backend's response parsed (httptools callbacks), checked and
-re-framed for the client (``sentin8/http/response.py`` decides the framing), and written in as few writes as
-one upstream read allows, none over ``CHUNK`` bytes (one TLS record each).
+"""The response half of an exchange: the backend's response parsed (httptools callbacks), checked, and relayed
+to the client side as events (``downstream.py``: interim, head, body, end). Where the backend's body ends is
+decided here (``upstream_body``, ``sentin8/http/response.py``); how the client gets it framed is the
+downstream's (an HTTP/1.1 client: ``sentin8/http/h1_response.py``), which writes one upstream read's events in
+as few writes as it can.
 
 Every status line must be HTTP/1.x with a 1xx-5xx code, interim (1xx) responses stay within their budget,
 and a 101 must prove the WebSocket switch (``sentin8/http/response.py``, ``websocket.py``); else 502. Interim
-responses reach an HTTP/1.1 client without framing headers; no response carries ``X-Sentin8-*``
+responses go to the client side without framing headers; no response carries ``X-Sentin8-*``
 (``response_headers``).
 
 ``ResponseRelay`` is the base of ``Exchange`` (one object per request, as in uvicorn's cycle): this module
@@ -18,18 +20,13 @@ from typing import TYPE_CHECKING
 
 import httptools
 
-from sentin8.http.framing import HeaderBudget, response_head
+from sentin8.http.framing import HeaderBudget
 from sentin8.http.headers import Header, response_headers
 from sentin8.http.response import (
-    LAST_CHUNK,
-    coalesce,
-    encode_chunks,
     heads_within_budget,
     interim_within_budget,
-    response_framing,
-    split,
     status_line_acceptable,
-    without_content_length,
+    upstream_body,
 )
 from sentin8.http.websocket import switch_refusal
 
@@ -37,23 +34,18 @@ from .request import Request, Stop
 from .state import RECEIVED, RESPONSE_HEAD, STREAMING, UPGRADING, ExchangeState
 
 if TYPE_CHECKING:
-    from .connection import L7Bridge
-
-CHUNK = 16 * 1024  # response pieces written to the client (one TLS record each)
+    from .downstream import Downstream
 
 
 class ResponseRelay:
     __slots__ = ("interim_bytes", "interims", "resp_raw")  # set by Exchange.__init__
 
     # Provided by Exchange (its slots).
-    bridge: L7Bridge
+    client: Downstream
     req: Request
     state: ExchangeState
     status: int
     head_only: bool
-    continue_sent: bool
-    close_client: bool
-    chunked_out: bool
     close_delimited: bool
     resp_body_bytes: int
     resp_budget: HeaderBudget
@@ -62,7 +54,6 @@ class ResponseRelay:
     resp_keep_alive: bool
     resp_parser: httptools.HttpResponseParser | None
     resp_reason: bytes
-    _out: list[bytes] | None
 
     # Own fields: the response's bytes until its final head is complete (from exchange.upstream_data), the
     # interim (1xx) responses so far and the bytes of their heads.
@@ -78,16 +69,15 @@ class ResponseRelay:
         self.resp_reason = b""
         self.resp_extra = False
         self.resp_keep_alive = False
-        self.chunked_out = False
         self.close_delimited = False
-        cfg = self.bridge.ctx.cfg.policy
+        cfg = self.client.ctx.cfg.policy
         self.resp_budget = HeaderBudget(cfg.max_headers * 2, cfg.max_header_bytes * 2)
 
     def _more_heads(self, data: bytes) -> bool:
         """More response bytes before the final head is complete: kept for the status-line check, within
         the heads' budget (False: over it, counted; the caller answers 502)."""
         if not heads_within_budget(len(self.resp_raw), self.resp_budget.max_size):
-            self.bridge.ctx.count("upstream_interim_refused")
+            self.client.ctx.count("upstream_interim_refused")
             return False
         self.resp_raw += data
         return True
@@ -115,18 +105,16 @@ class ResponseRelay:
         req_head = self.req.head
         assert req_head is not None
         if not status_line_acceptable(self.resp_raw, self.interims, status):
-            self.bridge.ctx.count("upstream_bad_status")  # HTTP/2.0, RTSP/1.0, 999, 099...: 502
+            self.client.ctx.count("upstream_bad_status")  # HTTP/2.0, RTSP/1.0, 999, 099...: 502
             raise Stop
         if status < 200 and status != 101:
             self.interims += 1
             self.interim_bytes += 15 + len(self.resp_reason) + self.resp_budget.size  # status line + header lines
             if not interim_within_budget(self.interims, self.interim_bytes):
-                self.bridge.ctx.count("upstream_interim_refused")
+                self.client.ctx.count("upstream_interim_refused")
                 raise Stop
-            if status == 100 and self.continue_sent:
-                return  # the client has had its 100 Continue from us (the WAF asked for the body)
-            if req_head.version == "1.1":  # never a 1xx to an HTTP/1.0 client (RFC 9110 §15.2)
-                self._emit(response_head(status, self.resp_reason, response_headers(self.resp_headers, interim=True)))
+            # The client side decides whether its client sees it (never HTTP/1.0; not our own 100 Continue twice).
+            self.client.send_interim(status, self.resp_reason, response_headers(self.resp_headers, interim=True))
             return
         self.resp_raw = b""  # the last head: no status line is left to check, nothing held for a tunnel's life
         if status == 101:
@@ -136,29 +124,16 @@ class ResponseRelay:
             if refusal is not None:
                 # No proof the backend speaks WebSocket (RFC 6455 §4.1): opening the tunnel anyway is how a
                 # client smuggles raw HTTP past the proxy's framing (WebSocket smuggling). 502.
-                self.bridge.ctx.count(refusal)
+                self.client.ctx.count(refusal)
                 raise Stop
             self._to(UPGRADING)
             return
         self.status = status
         self.resp_keep_alive = parser.should_keep_alive()
-        framing = response_framing(  # HeadError (another transfer coding) -> parser error -> 502
-            status,
-            self.resp_headers,
-            head_only=self.head_only,
-            version=req_head.version,
-            keep_alive=req_head.keep_alive,
-            websocket=req_head.websocket,
-            draining=self.bridge.draining,
-        )
-        self.chunked_out = framing.chunked_out
-        self.close_delimited = framing.close_delimited
-        if framing.close_client:
-            self.close_client = True
-        headers = response_headers(self.resp_headers)
-        if framing.drop_content_length:
-            headers = without_content_length(headers)
-        self._emit(response_head(status, self.resp_reason, headers, framing.extra))
+        # HeadError (another transfer coding) -> parser error -> 502
+        body = upstream_body(status, self.resp_headers, head_only=self.head_only)
+        self.close_delimited = body.until_close
+        self.client.send_head(status, self.resp_reason, response_headers(self.resp_headers), body)
         self._to(STREAMING)
         if self.head_only:
             self._to(RECEIVED)
@@ -166,12 +141,7 @@ class ResponseRelay:
 
     def on_body(self, body: bytes) -> None:
         self.resp_body_bytes += len(body)
-        emit = self._emit
-        if not self.chunked_out and len(body) <= CHUNK:
-            emit(body)  # the common case, without a list
-            return
-        for piece in encode_chunks(body, CHUNK) if self.chunked_out else split(body, CHUNK):
-            emit(piece)
+        self.client.send_body(body)
 
     def on_message_complete(self) -> None:
         state = self.state
@@ -180,22 +150,5 @@ class ResponseRelay:
             return
         if state is UPGRADING:
             return  # HttpParserUpgrade follows
-        if self.chunked_out:
-            self._emit(LAST_CHUNK)
+        self.client.send_end()
         self._to(RECEIVED)
-
-    def _emit(self, data: bytes) -> None:
-        out = self._out
-        if out is None:
-            self.bridge.write(data)
-        else:
-            out.append(data)
-
-    def _flush(self) -> None:
-        """Write what one upstream read produced: as few writes as possible, none over CHUNK bytes."""
-        out, self._out = self._out, None
-        if not out:
-            return
-        write = self.bridge.write
-        for data in coalesce(out, CHUNK):
-            write(data)

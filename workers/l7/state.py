@@ -23,9 +23,9 @@ transition the table below does not list (a bug caught where it happens, not thr
 SENDING/AWAITING -> CONNECTING is the one replay: a pooled connection the backend had closed, before any
 response byte, for an idempotent request with no body byte sent (RFC 9110 §9.2.2). A response may start
 before the request body has all gone (an early response): the body keeps flowing in RESPONSE_HEAD and
-STREAMING. What is not lifecycle stays a plain field: the response's framing towards the client
-(``chunked_out``, ``close_delimited``, ``close_client``), whether it came warm from the pool, whether we sent
-the 100 Continue ourselves.
+STREAMING. What is not lifecycle stays a plain field: whether the backend's body ends at its close
+(``close_delimited``), whether the connection came warm from the pool. How the response is framed towards the
+client (chunking, closing, our own 100 Continue) is the client side's (downstream.py), not the exchange's.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ class WafWait:
             return  # the client went away while the rules loaded
         if isinstance(engine, BaseException):
             log.error("WAF rule set failed to load: failing closed", exc_info=engine)
-            ex.bridge.ctx.count("waf_errors")
+            ex.client.ctx.count("waf_errors")
             ex.respond_error(503)
         elif engine is None:
             ex.forward()  # turned off meanwhile
@@ -59,7 +59,7 @@ class WafWait:
         assert head is not None
         s = engine.settings
         if head.content_length is not None and head.content_length > s.body_max and not s.partial_bodies:
-            ex.bridge.ctx.refused(refusals.WAF_BODY_TOO_LARGE)
+            ex.client.ctx.refused(refusals.WAF_BODY_TOO_LARGE)
             ex.respond_error(413)  # refused before a byte of it is read
             return
         self.engine = engine
@@ -88,13 +88,13 @@ class WafWait:
         truncated = not req.complete or len(body) > s.body_max
         if truncated:
             if not s.partial_bodies:
-                ex.bridge.ctx.refused(refusals.WAF_BODY_TOO_LARGE)
+                ex.client.ctx.refused(refusals.WAF_BODY_TOO_LARGE)
                 ex.respond_error(413)
                 return
             body = body[: s.body_max]
         ex.inspecting()
         wreq = WafRequest(
-            head.method, head.target, head.version, head.headers, ex.host, ex.bridge.client_ip, body=body,
+            head.method, head.target, head.version, head.headers, ex.host, ex.client.facts.client_ip, body=body,
             truncated=truncated,
         )  # fmt: skip
         self.gate.inspect(engine, wreq, len(head.target) + req.budget.size + len(body), self._done)
@@ -103,7 +103,7 @@ class WafWait:
         ex = self.ex
         if ex.state is not VERDICT:
             return  # the client went away meanwhile
-        ctx = ex.bridge.ctx
+        ctx = ex.client.ctx
         if isinstance(result, BaseException):
             log.error("WAF inspection failed: failing closed", exc_info=result)
             ctx.count("waf_errors")

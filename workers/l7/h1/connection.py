@@ -1,4 +1,4 @@
-"""One asyncio Protocol per external client connection: the L7 bridge (ARCHITECTURE.md §3 step 6).
+"""One asyncio Protocol per HTTP/1.1 client connection: the L7 bridge (ARCHITECTURE.md §3 step 6).
 
 It works over any transport: plain TCP in tests, the TLS layer's plaintext transport in production (which
 adds ``get_extra_info("sni")`` and ``("peercert")``). httptools callbacks drive everything; there are no
@@ -9,10 +9,10 @@ request at the front of the queue to an ``Exchange`` (``exchange.py``), which an
 connection's bytes go to a ``Tunnel`` (``tunnel.py``) instead of the parser. Every error response closes the
 connection.
 
-What an exchange may do to its connection is this class's public methods, nothing else: ``write``,
-``write_split``, ``pause_reading``/``resume_reading``, ``hold_body``, ``raise_hold_limit``, ``client_cert_der``,
-``open_tunnel``, ``exchange_done``, and reading ``client_ip``, ``sni``, ``tls``, ``draining``, ``closing``,
-``writing_paused``.
+The connection is the ``Downstream`` (``../downstream.py``) of the request in flight: what an exchange may
+ask of it is that protocol, nothing else. Its facts (``ConnectionFacts``: SNI, TLS, client address, client
+certificate...) are read once in ``connection_made``; the request half is ``reader.py``, the response half
+(the client's framing, written by ``sentin8/http/h1_response.py``) ``writer.py``.
 """
 
 from __future__ import annotations
@@ -22,22 +22,27 @@ from collections import deque
 
 import httptools
 
-from sentin8.http.response import split
+from sentin8.http.framing import response_head
+from sentin8.http.h1_response import H1Response
+from sentin8.http.headers import Header
+from workers.upstream import UpstreamConn
 
-from .. import deadline
+from ... import deadline
+from ..contract import L7Context
+from ..downstream import NO_FACTS, ConnectionFacts
+from ..exchange import Exchange
+from ..request import Request
 from . import flow
-from .contract import L7Context
-from .exchange import Exchange
 from .reader import RequestReader
-from .relay import CHUNK
-from .request import Request
 from .tunnel import Tunnel
+from .writer import NO_RESPONSE, ResponseWriter
 
 _CLOSED_PARSER = httptools.HttpRequestParser(None)  # a closed connection's: nothing is ever fed to it
 
 
-class L7Bridge(RequestReader, asyncio.Protocol):
-    """One client connection. ``client_addr`` None = take the transport's peername."""
+class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
+    """One client connection. ``client_addr`` None = take the transport's peername. The three class knobs below
+    are set by the worker before the connection is made, then frozen into ``facts``."""
 
     acme_only = False  # the :80 listener (PlainHTTPListener)
     external = True  # the client's side (network.internal_cidrs); :443 bridges only ever serve external clients
@@ -80,10 +85,9 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         self._progress = False
         self._completed_in_feed = False
         self._feeding = b""  # the chunk being fed to the parser (a new request's line starts in it)
-        self._client_cert: bytes | bool | None = False  # False = not looked up yet
-        self.client_ip = ""
-        self.sni: str | None = None
-        self.tls = False  # the transport is the TLS layer: SNI is the routing key and must be present
+        self.facts: ConnectionFacts = NO_FACTS
+        self._resp: H1Response = NO_RESPONSE  # the client half of the response in flight (writer.py)
+        self._out: list[bytes] = []  # response bytes of one upstream read, written by flush()
         self.max_buffered = 0
 
     # -- what an exchange reads --------------------------------------------------------------------------
@@ -112,13 +116,16 @@ class L7Bridge(RequestReader, asyncio.Protocol):
             transport.set_write_buffer_limits(high=flow.CLIENT_WRITE_HIGH_WATER)  # type: ignore[attr-defined]
         except (AttributeError, NotImplementedError):
             pass
-        addr = self.client_addr or transport.get_extra_info("peername")
-        self.client_ip = str(addr[0]) if addr else ""
-        sni = transport.get_extra_info("sni")
-        if isinstance(sni, bytes):
-            sni = sni.decode("ascii", "replace")
-        self.sni = sni.lower().rstrip(".") if sni else None
-        self.tls = transport.get_extra_info("tls_version") is not None
+        self.facts = ConnectionFacts.of(
+            transport,
+            self.client_addr,
+            scheme=self.scheme,
+            external=self.external,
+            acme_only=self.acme_only,
+            refuse_status=self.refuse_status,
+            protocol="h1",
+        )
+        self.ctx.count("l7_connections_h1")
         # The first head must arrive within the header deadline too (a silent connection is a slowloris).
         self._deadline.arm(deadline.HEADER, self._header_timeout)
         if self._draining:  # the handshake finished in a draining worker: answer, with Connection: close
@@ -208,15 +215,14 @@ class L7Bridge(RequestReader, asyncio.Protocol):
     def pause_writing(self) -> None:
         self._write_paused = True
         ex = self._ex
-        if ex is not None and ex.conn is not None:
-            ex.conn.pause_reading()
-            self.ctx.count("backpressure_upstream_paused")
+        if ex is not None:
+            ex.client_write_paused()
 
     def resume_writing(self) -> None:
         self._write_paused = False
         ex = self._ex
-        if ex is not None and ex.conn is not None:
-            ex.conn.resume_reading()
+        if ex is not None:
+            ex.client_write_resumed()
 
     # -- the worker's ----------------------------------------------------------------------------------
     def begin_drain(self) -> None:
@@ -259,22 +265,26 @@ class L7Bridge(RequestReader, asyncio.Protocol):
     def _start(self, req: Request) -> None:
         ex = Exchange(self, req)
         self._ex = ex
+        head = req.head
+        self._resp = H1Response(head, head_only=not req.reject and head is not None and head.method == b"HEAD")
         req.exchange = ex
         if req.reject:
             ex.respond_error(req.reject)
             return
-        head = req.head
         assert head is not None
         if head.has_body and not req.complete and req is self._req:
             self._body_activity = self.loop.time()
             self._deadline.arm(deadline.BODY, self._idle_timeout)
         ex.begin()
 
-    def exchange_done(self, ex: Exchange, close: bool) -> None:
-        """The response to ``ex.req`` is fully written (or abandoned): move on to the next request."""
+    def exchange_done(self, ex: Exchange) -> None:
+        """The response to ``ex.req`` is fully written (or abandoned): move on to the next request, unless the
+        response's framing (or its abort) said the connection closes."""
         if self._ex is not ex:
             return
         self._ex = None
+        close = self._resp.close
+        self._resp = NO_RESPONSE
         tunnel, self._tunnel = self._tunnel, None
         req = ex.req
         if self._queue and self._queue[0] is req:
@@ -301,11 +311,14 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         else:
             self._deadline.arm(deadline.IDLE, self._idle_timeout)
 
-    def open_tunnel(self, tunnel: Tunnel) -> None:
-        """After a 101: the client's bytes go to ``tunnel``, never to the parser again; no deadline applies."""
-        self._tunnel = tunnel
+    def open_tunnel(self, ex: Exchange, conn: UpstreamConn, reason: bytes, headers: list[Header], first: bytes) -> None:
+        """After a 101: the client gets it, then its bytes go to a tunnel, never to the parser again; no deadline
+        applies. ``first``: the backend's bytes that followed its 101."""
+        self.write(response_head(101, reason, headers))
+        self._tunnel = Tunnel(ex, self, conn, first, ex.req.take_upgrade_data())
         self._upgrade_req = None
         self._deadline.disarm()
+        self.resume_reading(flow.BODY_HELD | flow.STOPPED | flow.PIPELINED)
 
     # -- body bytes held for an exchange ---------------------------------------------------------------
     def hold_body(self, req: Request, body: bytes) -> None:
@@ -316,7 +329,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         if self.track_buffers:
             self.track(req.buffered)
 
-    def raise_hold_limit(self, limit: int, held: int) -> None:
+    def hold_limit(self, limit: int, held: int) -> None:
         """Hold up to ``limit`` body bytes (the WAF's body limit) instead of the default; with ``held`` bytes
         held now, reading resumes when that is within the new limit."""
         if self._read.raise_hold_limit(limit, held):
@@ -330,14 +343,6 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         if req.buffered > flow.BODY_BUFFER_LIMIT:  # the WAF's limit does not apply: it never sees these
             self._read.pause(flow.BODY_HELD)
 
-    def client_cert_der(self) -> bytes | None:
-        """The client's certificate (DER, as the TLS layer gives it) when it sent one; looked up once."""
-        cert = self._client_cert
-        if cert is False:
-            value = self.transport.get_extra_info("peercert") if self.transport is not None else None
-            cert = self._client_cert = bytes(value) if isinstance(value, bytes | bytearray) else None
-        return cert  # type: ignore[return-value]
-
     # -- flow control, deadlines, writes ---------------------------------------------------------------
     def pause_reading(self, bit: int) -> None:
         """Stop reading from the client for reason ``bit`` (``flow.UPSTREAM_FULL`` ...)."""
@@ -347,6 +352,16 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         """``bit``'s reason is gone; reading resumes when no other is left."""
         if self._read.bits & bit and self._read.resume(bit):  # the usual case: not paused for it, no call
             self._body_activity = self.loop.time()
+
+    # the Downstream's request-body flow
+    def body_taken(self) -> None:
+        self.resume_reading(flow.BODY_HELD)
+
+    def pause_body(self) -> None:
+        self._read.pause(flow.UPSTREAM_FULL)
+
+    def resume_body(self) -> None:
+        self.resume_reading(flow.UPSTREAM_FULL)
 
     def _deadline_passed(self, kind: int) -> None:
         if self._closing:
@@ -386,27 +401,6 @@ class L7Bridge(RequestReader, asyncio.Protocol):
             self._deadline.stop()
             self.transport.abort()
         self._close()
-
-    def write(self, data: bytes) -> None:
-        self.transport.write(data)  # type: ignore[union-attr]
-        if self.track_buffers:
-            self.track(0)
-
-    def write_split(self, data: bytes) -> None:
-        """Raw bytes (tunnel) to the client, in pieces of at most CHUNK."""
-        for piece in split(data, CHUNK):
-            self.write(piece)
-
-    def track(self, held: int) -> None:
-        """Tests (``track_buffers``): note the bytes held in buffers now, ``held`` plus both write buffers."""
-        total = held
-        if self.transport is not None:
-            total += self.transport.get_write_buffer_size()
-        ex = self._ex
-        if ex is not None and ex.conn is not None and ex.conn.transport is not None:
-            total += ex.conn.transport.get_write_buffer_size()
-        if total > self.max_buffered:
-            self.max_buffered = total
 
 
 class PlainHTTPListener(L7Bridge):

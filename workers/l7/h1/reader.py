@@ -22,10 +22,10 @@ from sentin8.http.body import body_over_limit, chunk_size_acceptable
 from sentin8.http.framing import HeaderBudget, HeadError, request_line_is_http, validate_request
 from sentin8.http.llhttp_private import chunk_size_view
 
-from .. import deadline
+from ... import deadline
+from ..contract import L7Context
+from ..request import Request, Stop
 from . import flow
-from .contract import L7Context
-from .request import Request, Stop
 
 log = logging.getLogger("sentin8.l7")
 

@@ -1,6 +1,7 @@
 """A WebSocket tunnel after the backend's 101: raw bytes both ways, unparsed, until either side closes.
 
-The exchange that upgraded stays the client connection's current exchange (in TUNNEL) so that the request
+HTTP/1.1 only (WebSocket over HTTP/2, RFC 8441, is not served). The exchange that upgraded stays the client
+connection's current exchange (in TUNNEL) so that the request
 stays counted in flight; the tunnel owns the upstream connection's events. Backpressure works as for bodies:
 a full write buffer on one side pauses reading on the other.
 """
@@ -14,8 +15,8 @@ from workers.upstream import UpstreamConn
 from . import flow
 
 if TYPE_CHECKING:
+    from ..exchange import Exchange
     from .connection import L7Bridge
-    from .exchange import Exchange
 
 
 class Tunnel:

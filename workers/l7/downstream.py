@@ -1,0 +1,130 @@
+"""The seam between one exchange and the client side of its request (HAProxy's mux, Pingora's downstream
+``Session``): the exchange (``exchange.py``) never sees the client's wire protocol, only this.
+
+``ConnectionFacts`` is what a client connection is, decided once when it is made and never changed: admission
+(``admission.py``) reads it. ``Downstream`` is what one exchange may ask of the client side of its request:
+
+- the response as events, in order: ``send_interim``* then ``send_head``, ``send_body``*, ``send_end``; or
+  ``send_abort`` (cut off: the client must not take it for complete); ``flush`` after the events of one upstream
+  read (the client side batches them into as few writes as it can);
+- an answer of the proxy's own: ``answer_error`` (a status the exchange could not help), ``answer_local`` (a
+  refusal that may keep the client side, True when it does), ``send_continue`` (our ``100 Continue``);
+- the request body's flow: ``hold_body`` (bytes kept until an upstream connection or the WAF takes them),
+  ``hold_limit`` (the WAF's limit instead of the default), ``body_taken`` (the held bytes went upstream),
+  ``pause_body`` / ``resume_body`` (the upstream's write buffer is full / has room);
+- ``draining``, ``writing_paused`` (an upstream connection attached now starts paused); ``open_tunnel`` after
+  a 101 that proves WebSocket (HTTP/1.1 only); ``exchange_done`` when the exchange is over.
+
+The HTTP/1.1 connection (``h1/connection.py``) implements it for the request in flight; an HTTP/2 stream
+implements it for its own. Whatever the protocol, the events are the same, so admission, the WAF, hygiene,
+the upstream pool, the relay and the accounting are one code path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sentin8.http.headers import Header
+from sentin8.http.response import UpstreamBody
+
+if TYPE_CHECKING:
+    from workers.upstream import UpstreamConn
+
+    from .contract import L7Context
+    from .exchange import Exchange
+    from .request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionFacts:
+    """One client connection, as admission and accounting see it; built once when the connection is made."""
+
+    client_ip: str
+    scheme: str  # "https" on :443, "http" on :80
+    sni: str | None  # lower-case, without a trailing dot; None: none sent (or not TLS)
+    tls: bool  # over the TLS layer: SNI is the routing key and must be present
+    tls_version: str | None
+    client_cert: bytes | None  # DER, when the client sent one
+    external: bool  # outside network.internal_cidrs
+    acme_only: bool  # the :80 listener: only ACME challenges are served
+    refuse_status: int  # answer every request with this status and close (over the per-client cap); 0 = no
+    protocol: str  # "h1" or "h2"
+
+    @classmethod
+    def of(
+        cls,
+        transport: asyncio.BaseTransport,
+        client_addr: Any,
+        *,
+        scheme: str,
+        external: bool,
+        acme_only: bool,
+        refuse_status: int,
+        protocol: str,
+    ) -> ConnectionFacts:
+        """Read from the transport (the TLS layer's extra info, or plain TCP's peername)."""
+        addr = client_addr or transport.get_extra_info("peername")
+        sni = transport.get_extra_info("sni")
+        if isinstance(sni, bytes):
+            sni = sni.decode("ascii", "replace")
+        version = transport.get_extra_info("tls_version")
+        cert = transport.get_extra_info("peercert") if version is not None else None
+        return cls(
+            client_ip=str(addr[0]) if addr else "",
+            scheme=scheme,
+            sni=sni.lower().rstrip(".") if sni else None,
+            tls=version is not None,
+            tls_version=version,
+            client_cert=bytes(cert) if isinstance(cert, bytes | bytearray) else None,
+            external=external,
+            acme_only=acme_only,
+            refuse_status=refuse_status,
+            protocol=protocol,
+        )
+
+
+# Before a connection is made (and in no test's way): nothing known yet.
+NO_FACTS = ConnectionFacts("", "https", None, False, None, None, True, False, 0, "h1")
+
+
+class Downstream(Protocol):
+    """The client side of one request, as its exchange uses it (the module docstring says what each does)."""
+
+    ctx: L7Context
+    loop: asyncio.AbstractEventLoop
+    facts: ConnectionFacts
+    track_buffers: bool  # tests: note the bytes held in buffers (``track``)
+
+    @property
+    def draining(self) -> bool: ...
+    @property
+    def writing_paused(self) -> bool: ...
+
+    # the response, as events
+    def send_interim(self, status: int, reason: bytes, headers: list[Header]) -> None: ...
+    def send_head(self, status: int, reason: bytes, headers: list[Header], body: UpstreamBody) -> None: ...
+    def send_body(self, data: bytes) -> None: ...
+    def send_end(self) -> None: ...
+    def send_abort(self) -> None: ...
+    def flush(self) -> None: ...
+
+    # the proxy's own answers
+    def send_continue(self) -> None: ...
+    def answer_error(self, status: int) -> None: ...
+    def answer_local(self, status: int, headers: list[Header], *, keep_alive: bool, body: bytes | None) -> bool: ...
+
+    # the request body
+    def hold_body(self, req: Request, data: bytes) -> None: ...
+    def hold_limit(self, limit: int, held: int) -> None: ...
+    def body_taken(self) -> None: ...
+    def pause_body(self) -> None: ...
+    def resume_body(self) -> None: ...
+
+    # the end
+    def open_tunnel(
+        self, ex: Exchange, conn: UpstreamConn, reason: bytes, headers: list[Header], first: bytes
+    ) -> None: ...
+    def exchange_done(self, ex: Exchange) -> None: ...
+    def track(self, held: int) -> None: ...

@@ -1,0 +1,126 @@
+"""The response half of an HTTP/1.1 client connection: the ``Downstream`` response events turned into bytes
+(``sentin8/http/h1_response.py`` decides them, one ``H1Response`` per request) and written.
+
+The events of one upstream read are batched and written by ``flush`` in as few writes as possible, none over
+``CHUNK`` bytes (one TLS record each). The proxy's own answers (an error, a local answer, ``100 Continue``, the
+101 of a tunnel) are written at once. ``ResponseWriter`` is the base of ``L7Bridge`` (connection.py), as
+``RequestReader`` (reader.py) is its request half.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from sentin8.http.h1_response import H1Response
+from sentin8.http.headers import Header
+from sentin8.http.response import UpstreamBody, coalesce, split
+
+if TYPE_CHECKING:
+    from ..exchange import Exchange
+
+CHUNK = 16 * 1024  # response pieces written to the client (one TLS record each)
+LOCAL_DRAIN_MAX = 64 * 1024  # a refused request's body read and dropped to keep the connection; above it, close
+
+NO_RESPONSE = H1Response(None, head_only=False)  # between requests: never written to
+
+
+class ResponseWriter:
+    # Provided by L7Bridge.
+    transport: asyncio.Transport | None
+    track_buffers: bool
+    max_buffered: int
+    _resp: H1Response
+    _out: list[bytes]
+    _ex: Exchange | None
+    _closing: bool
+    _draining: bool
+
+    # -- the response, as events ----------------------------------------------------------------------
+    def send_interim(self, status: int, reason: bytes, headers: list[Header]) -> None:
+        data = self._resp.interim(status, reason, headers)
+        if data is not None:
+            self._out.append(data)
+
+    def send_head(self, status: int, reason: bytes, headers: list[Header], body: UpstreamBody) -> None:
+        self._out.append(self._resp.head(status, reason, headers, body, draining=self._draining))
+
+    def send_body(self, data: bytes) -> None:
+        resp = self._resp
+        if not resp.chunked and len(data) <= CHUNK:
+            self._out.append(data)  # the common case, without a list
+        else:
+            self._out += resp.body(data, CHUNK)
+
+    def send_end(self) -> None:
+        data = self._resp.end()
+        if data is not None:
+            self._out.append(data)
+
+    def send_abort(self) -> None:
+        self._resp.abort()
+
+    def flush(self) -> None:
+        """Write what one upstream read produced: as few writes as possible, none over CHUNK bytes."""
+        out = self._out
+        if not out:
+            return
+        self._out = []
+        if len(out) == 1:
+            self.write(out[0])
+            return
+        for data in coalesce(out, CHUNK):
+            self.write(data)
+
+    # -- the proxy's own answers ----------------------------------------------------------------------
+    def send_continue(self) -> None:
+        self.write(self._resp.continue_())
+
+    def answer_error(self, status: int) -> None:
+        data = self._resp.error(status)
+        if not self._closing:
+            self.write(data)
+
+    def answer_local(self, status: int, headers: list[Header], *, keep_alive: bool, body: bytes | None) -> bool:
+        """Keep the connection when asked to and the client allows it. A body still to come is read and dropped
+        first, up to ``LOCAL_DRAIN_MAX`` bytes declared; a bigger or chunked body is not worth reading: the
+        connection closes after the answer."""
+        ex = self._ex
+        assert ex is not None
+        req = ex.req
+        head = req.head
+        assert head is not None
+        keep = (
+            keep_alive
+            and head.keep_alive
+            and head.version == "1.1"
+            and not head.websocket
+            and not self._draining
+            and (req.complete or (not head.chunked and (head.content_length or 0) <= LOCAL_DRAIN_MAX))
+        )
+        data = self._resp.local(status, headers, keep=keep, body=body)
+        if not self._closing:
+            self.write(data)
+        return keep
+
+    # -- writes ---------------------------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        self.transport.write(data)  # type: ignore[union-attr]
+        if self.track_buffers:
+            self.track(0)
+
+    def write_split(self, data: bytes) -> None:
+        """Raw bytes (tunnel) to the client, in pieces of at most CHUNK."""
+        for piece in split(data, CHUNK):
+            self.write(piece)
+
+    def track(self, held: int) -> None:
+        """Tests (``track_buffers``): note the bytes held in buffers now, ``held`` plus both write buffers."""
+        total = held
+        if self.transport is not None:
+            total += self.transport.get_write_buffer_size()
+        ex = self._ex
+        if ex is not None and ex.conn is not None and ex.conn.transport is not None:
+            total += ex.conn.transport.get_write_buffer_size()
+        if total > self.max_buffered:
+            self.max_buffered = total
