@@ -170,23 +170,30 @@ def test_bridge_mode_to_a_named_instance_sends_sni_and_checks_the_name(
 def test_draining_and_stale_instances_get_no_new_connections(platform, backend_factory, fleet_factory):
     a, b = backend_factory("a", hostname("shop")), backend_factory("b", hostname("shop"))
     platform.set_instance("shop", "shop-a", a.port)
-    platform.set_instance("shop", "shop-b", b.port, age=0)
+    platform.set_instance("shop", "shop-b", b.port)
     platform.add_app("shop", "shop")
     fleet = fleet_factory("", extra=platform.sources(health_fresh_s=3))
-    wait_until(lambda: routes_to(fleet.port, hostname("shop"), b"b"), 15, what="b serving")
+
+    def beating(b_state: str | None, name: bytes, times: int = 1):
+        """Heartbeats go on as Captain's do (unannounced), so a slow fleet start never makes them stale."""
+
+        def check() -> bool:
+            platform.set_instance("shop", "shop-a", a.port, publish=False)
+            if b_state is not None:
+                platform.set_instance("shop", "shop-b", b.port, state=b_state, publish=False)
+            return all(routes_to(fleet.port, hostname("shop"), name) for _ in range(times))
+
+        return check
+
+    wait_until(beating("Active", b"b"), 15, what="b serving")
     # Captain marks b Draining and says so: new connections go to a only
     platform.set_instance("shop", "shop-b", b.port, state="Draining")
-    wait_until(lambda: all(routes_to(fleet.port, hostname("shop"), b"a") for _ in range(6)), 15, what="b drained")
-    # b back Active, but its heartbeat will stop: refreshed without an event, as Captain does
+    wait_until(beating("Draining", b"a", 6), 15, what="b drained")
+    # b back Active, and announced
     platform.set_instance("shop", "shop-b", b.port)
-    wait_until(lambda: routes_to(fleet.port, hostname("shop"), b"b"), 15, what="b back")
+    wait_until(beating("Active", b"b"), 15, what="b back")
     # b's heartbeats stop while a's go on (unannounced, as Captain does): b leaves rotation on time
-
-    def only_a() -> bool:
-        platform.set_instance("shop", "shop-a", a.port, publish=False)
-        return all(routes_to(fleet.port, hostname("shop"), b"a") for _ in range(6))
-
-    wait_until(only_a, 20, 0.2, what="b stale")
+    wait_until(beating(None, b"a", 6), 20, 0.2, what="b stale")
 
 
 def test_valkey_and_postgres_outages_serve_the_stale_table_then_recover(platform, backend_factory, fleet_factory):
