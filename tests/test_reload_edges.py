@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -52,12 +53,11 @@ def test_a_full_state_dir_neither_stalls_reload_wait_nor_answers_a_policy_change
         mixed_body(1, shop.port), workers=1, fleet=FAST_DRAIN, mgmt=True, launcher=full_tmpfs_launcher(state)
     )
     # the disk is really full, as the fleet sees it
+    write = f"import os; fd = os.open('{state}/probe', os.O_WRONLY | os.O_CREAT); os.write(fd, b'x' * 4096)"
     probe = subprocess.run(
-        ["nsenter", "-t", str(fleet.proc.pid), "-m", "sh", "-c", f"echo x > {state}/probe"],
-        capture_output=True,
-        text=True,
+        ["nsenter", "-t", str(fleet.proc.pid), "-m", sys.executable, "-c", write], capture_output=True, text=True
     )
-    assert probe.returncode != 0 and "No space left on device" in probe.stderr, probe.stderr
+    assert "OSError: [Errno 28] No space left on device" in probe.stderr, probe.stderr
     assert one_line(out := reload_wait(fleet, "--pid", str(fleet.proc.pid))) == "sentin8-proxy reload: reload 1 done"
     assert out.returncode == 0
     out = reload_wait(fleet)  # found by its config, not by a file in the full directory
@@ -66,7 +66,7 @@ def test_a_full_state_dir_neither_stalls_reload_wait_nor_answers_a_policy_change
     tok = token(fleet.secret)
     before = json.loads(call(fleet.mgmt_url, "GET", "/policy", tok)[2])
     for method, body in (("PUT", {"waf": True}), ("DELETE", None)):
-        status, headers, raw = call(fleet.mgmt_url, method, "/policy", tok, body)
+        status, headers, raw = call(fleet.mgmt_url, method, "/policy", token(fleet.secret), body)  # a jti is used once
         answer = json.loads(raw)
         assert status == 503, (method, status, raw)
         assert answer["error"] == "not_saved" and headers.get("retry-after") == "30"
