@@ -306,8 +306,6 @@ def _check(cfg: Config) -> None:
         raise ConfigError(
             f"tls.ticket_key_rotation_s: must be within 60..604800, got {cfg.tls.ticket_key_rotation_s:g}"
         )
-    if cfg.listen.internal_l4 and cfg.listen.internal_l4 == cfg.listen.https:
-        raise ConfigError("listen.internal_l4: must differ from listen.https")
     if cfg.fleet.workers < 0:
         raise ConfigError(f"fleet.workers: must be >= 0 (0 = one per CPU), got {cfg.fleet.workers}")
     if not 517 <= cfg.limits.peek_max_bytes <= 65536:
