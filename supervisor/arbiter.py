@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from enum import Enum
 
-import psutil
 import setproctitle
 
 from sentin8 import lifecycle, runtime_policy
@@ -35,15 +34,13 @@ from sentin8.shm import fleet as fleet_state
 from sentin8.shm.state import SharedState
 
 from . import sdnotify
-from .children import Child, fork
+from .children import Child, Respawns, fork, refresh_rss
 from .listeners import check_at_start, enable_migrate_req
 from .reloads import Reloads
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1)
 RSS_CHECK_S = 10.0
-STABLE_AFTER_S = 5.0  # a child that lived this long resets its crash backoff
 QUIT_GRACE_S = 5.0
-START_FAILURES_FATAL = 5  # a child dying this many times in a row before it ever served: exit 2, not a loop
 SLOTS_PER_WORKER = 4  # counter slots: the live worker, its replacement, and retirees of two overlapping reloads
 
 
@@ -65,8 +62,7 @@ class Arbiter:
         self.slots = SLOTS_PER_WORKER * self.workers_wanted + 2
         self.children: dict[int, Child] = {}
         self.free_slots = list(range(self.slots))
-        self.failures: dict[tuple[str, int], int] = {}
-        self.start_failures: dict[tuple[str, int], int] = {}  # consecutive deaths before listening/publishing
+        self.respawns = Respawns()
         self.exit_code = 0
         self.respawn_at: dict[tuple[str, int], float] = {}
         self.snapshot_ready = False
@@ -338,7 +334,7 @@ class Arbiter:
             return
         if code == lifecycle.SNAPSHOT_PUBLISHED:
             child.listening = True  # the resolver's "serving": it published a table
-            self.start_failures.pop((child.role, child.index), None)
+            self.respawns.served(child)
         if code == lifecycle.SNAPSHOT_PUBLISHED and not self.snapshot_ready:
             self.snapshot_ready = True
             if self.running:
@@ -347,7 +343,7 @@ class Arbiter:
         elif code == lifecycle.WORKER_LISTENING:
             child.listening = True
             child.kill_at = None
-            self.start_failures.pop((child.role, child.index), None)
+            self.respawns.served(child)
             self.reloads.on_listening(pid)
         self._maybe_ready()
 
@@ -405,11 +401,7 @@ class Arbiter:
     def _dump_stats(self) -> None:
         """One JSON line of fleet totals (counts and gauges only) and each child's RSS: ``kill -USR1``."""
         totals = {k: v for k, v in self.shared.counter_reader().total().items() if v}
-        for child in self.children.values():
-            try:
-                child.rss = psutil.Process(child.pid).memory_info().rss
-            except psutil.Error:
-                pass
+        refresh_rss(self.children.values())
         rss = {f"{c.role}-{c.index}-{c.pid}": c.rss >> 10 for c in self.children.values()}
         print("stats " + json.dumps({"counters": totals, "rss_kib": rss}, sort_keys=True), flush=True)
 
@@ -482,44 +474,26 @@ class Arbiter:
             self._schedule_respawn(child, code)
 
     def _schedule_respawn(self, child: Child, code: int) -> None:
-        key = (child.role, child.index)
-        if not child.listening and not self.ready_sent:
-            # Before READY nothing serves yet: a start that cannot succeed is an operator error to report
-            # (exit 2, which systemd's RestartPreventExitStatus keeps down), not a loop. After READY the
-            # others serve, so a failing child keeps its capped backoff instead of taking the fleet down.
-            fails = self.start_failures[key] = self.start_failures.get(key, 0) + 1
-            if fails >= START_FAILURES_FATAL:
-                what = "publishing a routing table" if child.role == "resolver" else "listening"
-                reason = f"{child.role} {child.index} exited {fails} times in a row before {what} (exit code {code})"
-                print(f"sentin8-proxy: {reason}: stopping, see the lines above", file=sys.stderr, flush=True)
-                event("start_failures", "error", child=child.role, index=child.index, exit_code=code, reason=reason)
-                self.exit_code = 2
-                self._quit()
-                return
-        lived = time.monotonic() - child.started
-        failures = 0 if lived >= STABLE_AFTER_S else self.failures.get(key, 0) + 1
-        self.failures[key] = failures
-        delay = min(0.1 * (2**failures) if failures else 0.0, self.cfg.fleet.restart_backoff_max_s)
-        event(
-            "child_died",
-            "warning",
-            child=child.role,
-            index=child.index,
-            child_pid=child.pid,
-            exit_code=code,
-            respawn_in_s=round(delay, 3),
-        )
-        self.respawn_at[key] = time.monotonic() + delay
+        fails = self.respawns.fatal(child, self.ready_sent)
+        if fails:
+            what = "publishing a routing table" if child.role == "resolver" else "listening"
+            reason = f"{child.role} {child.index} exited {fails} times in a row before {what} (exit code {code})"
+            print(f"sentin8-proxy: {reason}: stopping, see the lines above", file=sys.stderr, flush=True)
+            event("start_failures", "error", child=child.role, index=child.index, exit_code=code, reason=reason)
+            self.exit_code = 2
+            self._quit()
+            return
+        delay = self.respawns.delay(child, time.monotonic(), self.cfg.fleet.restart_backoff_max_s)
+        event("child_died", "warning", child=child.role, index=child.index, child_pid=child.pid, exit_code=code,
+              respawn_in_s=round(delay, 3))  # fmt: skip
+        self.respawn_at[(child.role, child.index)] = time.monotonic() + delay
 
     # ---- memory --------------------------------------------------------------------------------------
 
     def _check_rss(self) -> None:
         limit = self.cfg.fleet.rss_limit_mb * 1024 * 1024
+        refresh_rss(self.children.values())
         for child in list(self.children.values()):
-            try:
-                child.rss = psutil.Process(child.pid).memory_info().rss
-            except psutil.Error:
-                continue
             if limit and child.role == "worker" and child.rss > limit and not child.retiring:
                 if self.reloads.current is not None and self.reloads.current.is_replacement(child.pid):
                     continue  # a replacement starting: judged once it serves

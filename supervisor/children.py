@@ -1,4 +1,4 @@
-"""The supervisor's children: what it knows of each one, and how one is forked.
+"""The supervisor's children: what it knows of each one, how one is forked, and when a dead one returns.
 
 A child is forked, never exec'd: it starts from the supervisor's memory (the config, the shared memory
 mapping, the imported modules) and leaves only by ``os._exit``, so nothing of pytest's or the CLI's
@@ -16,11 +16,14 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+import psutil
 import setproctitle
 
 from sentin8.eventlog import set_role
 
 PR_SET_PDEATHSIG = 1
+STABLE_AFTER_S = 5.0  # a child that lived this long resets its crash backoff
+START_FAILURES_FATAL = 5  # a child dying this many times in a row before it ever served: exit 2, not a loop
 
 
 @dataclass
@@ -83,3 +86,43 @@ def fork(
         sys.stderr.flush()
         os._exit(code)
     raise AssertionError("unreachable")
+
+
+def refresh_rss(children: Iterable[Child]) -> None:
+    """Each child's resident memory now (one that just exited keeps its last figure)."""
+    for child in children:
+        try:
+            child.rss = psutil.Process(child.pid).memory_info().rss
+        except psutil.Error:
+            pass
+
+
+class Respawns:
+    """When a dead child comes back, and when dying again is an operator error instead (no I/O).
+
+    A child that lived ``STABLE_AFTER_S`` comes back at once; one that keeps dying waits 0.2 s, 0.4 s, ...
+    up to ``restart_backoff_max_s``. Before READY nothing serves yet: ``START_FAILURES_FATAL`` deaths in a
+    row before a child ever served is a start that cannot succeed (exit 2, which systemd's
+    RestartPreventExitStatus keeps down), not a loop. After READY the others serve, so a failing child
+    keeps its capped backoff instead of taking the fleet down."""
+
+    def __init__(self) -> None:
+        self.failures: dict[tuple[str, int], int] = {}
+        self.start_failures: dict[tuple[str, int], int] = {}  # consecutive deaths before listening/publishing
+
+    def served(self, child: Child) -> None:
+        self.start_failures.pop((child.role, child.index), None)
+
+    def fatal(self, child: Child, ready: bool) -> int:
+        """The count of deaths in a row before serving when that stops the fleet, else 0."""
+        if child.listening or ready:
+            return 0
+        key = (child.role, child.index)
+        fails = self.start_failures[key] = self.start_failures.get(key, 0) + 1
+        return fails if fails >= START_FAILURES_FATAL else 0
+
+    def delay(self, child: Child, now: float, backoff_max_s: float) -> float:
+        key = (child.role, child.index)
+        failures = 0 if now - child.started >= STABLE_AFTER_S else self.failures.get(key, 0) + 1
+        self.failures[key] = failures
+        return min(0.1 * (2**failures) if failures else 0.0, backoff_max_s)
