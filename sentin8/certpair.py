@@ -82,7 +82,7 @@ def load_mldsa65_key(key_pem: bytes) -> tuple[bytes, bytes]:
             # An empty passphrase: an encrypted key fails here instead of OpenSSL prompting on a terminal.
             pkey = crypto.load_privatekey(crypto.FILETYPE_PEM, key_pem, passphrase=b"")
         except crypto.Error as exc:
-            raise UnusableCertificate(f"private key does not parse: {_openssl_reason(exc)}") from None
+            raise UnusableCertificate(f"private key does not parse: {openssl_reason(exc)}") from None
         public_pem = crypto.dump_publickey(crypto.FILETYPE_PEM, pkey)
         normalized = crypto.dump_privatekey(crypto.FILETYPE_PEM, pkey)
     try:
@@ -95,7 +95,8 @@ def load_mldsa65_key(key_pem: bytes) -> tuple[bytes, bytes]:
     return normalized, _mldsa65_raw(public)
 
 
-def _openssl_reason(exc: crypto.Error) -> str:
+def openssl_reason(exc: Exception) -> str:
+    """An OpenSSL error's (library, function, reason) list as the reasons alone, each once."""
     errors = exc.args[0] if exc.args and isinstance(exc.args[0], list) else []
     reasons = [e[-1] for e in errors if isinstance(e, tuple) and e and e[-1]]
     return "; ".join(dict.fromkeys(reasons)) or str(exc) or "unknown OpenSSL error"
@@ -192,5 +193,3 @@ def write_pair(directory: str | os.PathLike[str], chain: Sequence[x509.Certifica
             os.fsync(dfd)
         finally:
             os.close(dfd)
-
-

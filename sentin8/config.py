@@ -235,6 +235,39 @@ def parse_hostport(value: str, key: str) -> tuple[str, int]:
 _HOSTNAME = re.compile(r"(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
+LISTEN_KEYS = ("https", "http", "internal_l4", "mgmt")  # every address the fleet listens on, in [listen]
+
+
+def listen_addresses(cfg: Config) -> list[tuple[str, str]]:
+    """``(listen.X, address)`` for each listener the config turns on."""
+    return [(f"listen.{name}", getattr(cfg.listen, name)) for name in LISTEN_KEYS if getattr(cfg.listen, name)]
+
+
+def _overlaps(a: tuple[str, int], b: tuple[str, int]) -> bool:
+    """Two binds that would take the same connections: the same port and the same address, or a wildcard
+    that covers the other ("[::]" is dual stack, so it covers IPv4 too). Port 0 is a new port each time."""
+    (host_a, port_a), (host_b, port_b) = a, b
+    if port_a != port_b or port_a == 0:
+        return False
+    ip_a, ip_b = ipaddress.ip_address(host_a), ipaddress.ip_address(host_b)
+    if ip_a == ip_b or str(ip_a) == "::" or str(ip_b) == "::":
+        return True
+    return ip_a.version == ip_b.version == 4 and (str(ip_a) == "0.0.0.0" or str(ip_b) == "0.0.0.0")
+
+
+def _check_listen_overlap(cfg: Config) -> None:
+    """Each listener its own address: connections landing on the wrong one (plain HTTP on the TLS port,
+    TLS on the management API) fail in ways a client cannot explain."""
+    seen: list[tuple[str, str, tuple[str, int]]] = []
+    for key, address in listen_addresses(cfg):
+        parsed = parse_hostport(address, key)
+        for other_key, other, other_parsed in seen:
+            if _overlaps(parsed, other_parsed):
+                how = "is also" if address == other else "overlaps"
+                raise ConfigError(f"{key}: {address} {how} {other_key} ({other}): each listener needs its own address")
+        seen.append((key, address, parsed))
+
+
 def _check(cfg: Config) -> None:
     parse_hostport(cfg.listen.https, "listen.https")
     for key, value in (
@@ -244,6 +277,7 @@ def _check(cfg: Config) -> None:
     ):
         if value:
             parse_hostport(value, key)
+    _check_listen_overlap(cfg)
     for i, cidr in enumerate(cfg.network.internal_cidrs):
         try:
             ipaddress.ip_network(cidr, strict=False)
@@ -279,8 +313,6 @@ def _check(cfg: Config) -> None:
         raise ConfigError(
             f"tls.ticket_key_rotation_s: must be within 60..604800, got {cfg.tls.ticket_key_rotation_s:g}"
         )
-    if cfg.listen.internal_l4 and cfg.listen.internal_l4 == cfg.listen.https:
-        raise ConfigError("listen.internal_l4: must differ from listen.https")
     if cfg.fleet.workers < 0:
         raise ConfigError(f"fleet.workers: must be >= 0 (0 = one per CPU), got {cfg.fleet.workers}")
     if not 517 <= cfg.limits.peek_max_bytes <= 65536:

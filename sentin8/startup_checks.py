@@ -3,6 +3,9 @@
 ``check_paths`` runs in ``check-config``, at ``run`` before anything binds, and at every reload before a
 worker is replaced, so a missing CA file or a malformed Valkey URL is one ``key: reason`` line and exit 2
 (or a refused reload), never a worker restart loop or a resolver that crashes behind a READY fleet.
+Certificates, keys and CA files are loaded the way the data path loads them (``sentin8.tls``'s own context
+builders, the same OpenSSL calls): a file that looks like PEM but does not load is refused here, not by
+every worker at start or by every request to a TLS backend.
 Kept apart from ``config.load_bytes`` on purpose: a config is also built in tests and tools on machines
 that do not have its files.
 """
@@ -10,6 +13,7 @@ that do not have its files.
 from __future__ import annotations
 
 import os
+from urllib.parse import urlparse
 
 from .config import Config, ConfigError
 
@@ -26,6 +30,26 @@ def _readable_file(key: str, path: str, pem_marker: str | None = None) -> None:
         raise ConfigError(f"{key}: cannot read {path} ({exc.strerror})") from None
     if pem_marker is not None and f"-----BEGIN {pem_marker}".encode() not in head:
         raise ConfigError(f"{key}: {path} holds no PEM {pem_marker.lower()}")
+
+
+def _tls_files(cfg: Config) -> None:
+    """Build the contexts the workers will build, from the same files: the server context that asks for
+    client certificates, and the upstream context (CA, client certificate and key)."""
+    from . import tls
+
+    if cfg.tls.client_ca_file:
+        try:
+            tls.server_context(client_ca_file=cfg.tls.client_ca_file)
+        except tls.TLSSetupError as exc:
+            raise ConfigError(f"tls.client_ca_file: {cfg.tls.client_ca_file} does not load ({exc.reason})") from None
+    up = cfg.upstream
+    if up.ca_file or up.client_cert:
+        try:
+            tls.upstream_context(ca_file=up.ca_file, client_cert=up.client_cert, client_key=up.client_key)
+        except tls.TLSSetupError as exc:
+            field = exc.field or "ca_file"
+            path = {"ca_file": up.ca_file, "client_cert": up.client_cert}.get(field, up.client_key or up.client_cert)
+            raise ConfigError(f"upstream.{field}: {path} does not load ({exc.reason})") from None
 
 
 def _writable_dir(key: str, path: str) -> None:
@@ -65,6 +89,10 @@ def _valkey_url(key: str, url: str) -> None:
         raise ConfigError(f"{key}: {exc}") from None
     if "path" not in parsed and not parsed.get("host"):
         raise ConfigError(f"{key}: {url!r} names no host")
+    # redis-py reads a database path that is not a number as database 0, silently: refuse it instead
+    path = urlparse(url).path.strip("/") if "path" not in parsed else ""
+    if path and not path.isdigit():
+        raise ConfigError(f"{key}: database {path!r} in {url!r} is not a number (redis://host:port/N)")
 
 
 def _postgres_dsn(key: str, dsn: str) -> None:
@@ -85,10 +113,13 @@ def check_paths(cfg: Config) -> None:
     _readable_file("upstream.ca_file", cfg.upstream.ca_file, "CERTIFICATE")
     _readable_file("upstream.client_cert", cfg.upstream.client_cert, "CERTIFICATE")
     _readable_file("upstream.client_key", cfg.upstream.client_key, "")
+    _tls_files(cfg)
     _writable_dir("tls.state_dir", cfg.tls.state_dir)
     _readable_dir("tls.cert_dir", cfg.tls.cert_dir)
     src = cfg.sources
     if src.registry == "valkey" or src.domains == "postgres":  # Postgres domain events come over Valkey too
         _valkey_url("sources.valkey_url", src.valkey_url)
+    if cfg.metrics.valkey_url:
+        _valkey_url("metrics.valkey_url", cfg.metrics.valkey_url)
     if src.domains == "postgres":
         _postgres_dsn("sources.postgres_dsn", src.postgres_dsn)

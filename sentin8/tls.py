@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from OpenSSL import SSL, crypto
 
-from sentin8.certpair import ServerCert
+from sentin8.certpair import ServerCert, openssl_reason
 from sentin8.certstore import CertStore
 
 if TYPE_CHECKING:
@@ -46,7 +46,15 @@ H2_PROTOCOLS = (b"h2", b"http/1.1")
 
 
 class TLSSetupError(RuntimeError):
-    """A context could not be configured as asked (bad file, unsupported group or algorithm, key mismatch)."""
+    """A context could not be configured as asked (bad file, unsupported group or algorithm, key mismatch).
+
+    ``field``: which of the files given failed (``ca_file``, ``client_cert``, ``client_key``,
+    ``client_ca_file``; "" when none); ``reason``: OpenSSL's reasons, readable (``bad base64 decode``)."""
+
+    def __init__(self, message: str, field: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+        self.reason = reason or message
 
 
 NO_APPLICATION_PROTOCOL_REASON = "tls: no application protocol"  # the handshake-error reason, as the layer words it
@@ -255,7 +263,9 @@ def server_context(
             ctx.load_verify_locations(client_ca_file)
             ctx.load_client_ca(client_ca_file.encode())
         except SSL.Error as exc:
-            raise TLSSetupError(f"client CA file {client_ca_file!r}: {exc}") from None
+            raise TLSSetupError(
+                f"client CA file {client_ca_file!r}: {exc}", "client_ca_file", openssl_reason(exc)
+            ) from None
         ctx.set_verify(SSL.VERIFY_PEER)
     if cert is not None:
         install_certificate(ctx, cert)
@@ -339,12 +349,16 @@ def upstream_context(
     ctx.set_options(SSL.OP_NO_COMPRESSION)
     ctx.set_session_cache_mode(SSL.SESS_CACHE_CLIENT)
     if client_cert:
+        field = "client_cert"
         try:
             ctx.use_certificate_chain_file(client_cert)
+            field = "client_key"
             ctx.use_privatekey_file(client_key or client_cert)
             ctx.check_privatekey()
         except SSL.Error as exc:
-            raise TLSSetupError(f"upstream client certificate {client_cert!r}/{client_key!r}: {exc}") from None
+            raise TLSSetupError(
+                f"upstream client certificate {client_cert!r}/{client_key!r}: {exc}", field, openssl_reason(exc)
+            ) from None
     elif client_key:
         raise TLSSetupError("upstream.client_key is set without upstream.client_cert")
     _client_verify(ctx, ca_file)
@@ -358,7 +372,7 @@ def _client_verify(ctx: SSL.Context, ca_file: str) -> None:
     try:
         ctx.load_verify_locations(ca_file)
     except SSL.Error as exc:
-        raise TLSSetupError(f"CA file {ca_file!r}: {exc}") from None
+        raise TLSSetupError(f"CA file {ca_file!r}: {exc}", "ca_file", openssl_reason(exc)) from None
     ctx.set_verify(SSL.VERIFY_PEER)
 
 

@@ -60,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     p_check = sub.add_parser("check-config", help="validate FILE and print the effective config")
     p_check.add_argument("file", metavar="FILE")
     p_reload = sub.add_parser("reload", help="SIGHUP the running fleet; with --wait, report how it ended")
-    p_reload.add_argument("--config", required=True, metavar="FILE", help="the fleet's config (its state_dir)")
-    p_reload.add_argument("--pid", type=int, default=0, help="the supervisor (default: its pid file)")
+    p_reload.add_argument(
+        "--config", required=True, metavar="FILE", help="the fleet's config (finds its supervisor without --pid)"
+    )
+    p_reload.add_argument("--pid", type=int, default=0, help="the supervisor (default: the one running this config)")
     p_reload.add_argument("--wait", action="store_true", help="wait for the reload; exit 1 if refused or failed")
     p_reload.add_argument("--timeout", type=float, default=0, help="--wait limit in s (default: 2 x drain + 60)")
     p_demo = sub.add_parser("demo", help="the embedded default: fleet + a demo TLS backend, unprivileged ports")
@@ -88,11 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         from .reload_cmd import reload
 
         try:
-            cfg = load_file(args.config)  # only for state_dir and the drain timeout: no file checks here
+            cfg = load_file(args.config)  # only for the default --timeout: no file checks here
         except ConfigError as exc:
             print(f"sentin8-proxy: config error: {exc}", file=sys.stderr)
             return EXIT_CONFIG
-        return reload(cfg, args.pid, args.wait, args.timeout)
+        return reload(args.config, cfg.fleet.drain_timeout_s, args.pid, args.wait, args.timeout)
     from .demo import run_demo
 
     return run_demo(args.https_port, args.workers)

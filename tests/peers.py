@@ -261,10 +261,12 @@ class Fleet:
         fleet: str = "",
         port: int | None = None,
         args: tuple[str, ...] = (),
+        launcher: tuple[str, ...] = (),
     ) -> None:
         """``mgmt``: run the management API on a loopback port (``mgmt_url``; an int: that port) with a fresh secret
         (``secret``); otherwise ``listen.mgmt = ""``. ``fleet``: more keys of the [fleet] section; ``port``: share
-        another fleet's port (with ``args=("--beside-running-fleet",)``)."""
+        another fleet's port (with ``args=("--beside-running-fleet",)``); ``launcher``: a command that execs the
+        rest (``unshare …``), so that the supervisor keeps the process's pid."""
         self.workdir = workdir
         self.port = port or free_port(host)
         self.secret = secrets.token_urlsafe(36)
@@ -296,7 +298,7 @@ state_dir = "{workdir}/state"
         self.log_path = os.path.join(workdir, "proxy.log")
         self.log = open(self.log_path, "w+")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor.cli", "run", "--config", self.config, *args],
+            [*launcher, sys.executable, "-m", "supervisor.cli", "run", "--config", self.config, *args],
             cwd=REPO,
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -186,7 +186,10 @@ def test_a_taken_internal_l4_port_is_reported_like_listen_https(tmp_path):
     [
         ("[tls]\nticket_key_rotation_s = 10\n", "tls.ticket_key_rotation_s: must be within 60..604800, got 10"),
         ('[listen]\ninternal_l4 = "nowhere"\n', "listen.internal_l4: 'nowhere' is not HOST:PORT"),
-        ('[listen]\nhttps = "0.0.0.0:8443"\ninternal_l4 = "0.0.0.0:8443"\n', "listen.internal_l4: must differ"),
+        (
+            '[listen]\nhttps = "0.0.0.0:8443"\ninternal_l4 = "0.0.0.0:8443"\n',
+            "listen.internal_l4: 0.0.0.0:8443 is also listen.https",
+        ),
     ],
 )
 def test_issue13_keys_are_checked(text, error):
@@ -200,3 +203,36 @@ def test_metrics_go_to_the_registry_valkey_unless_told_otherwise():
     assert live.metrics_valkey_url() == "redis://10.0.0.5:6379/0"
     own = load_bytes(b'[metrics]\nvalkey_url = "redis://10.0.0.9:6379/1"\n[sources]\nregistry = "valkey"\n')
     assert own.metrics_valkey_url() == "redis://10.0.0.9:6379/1"
+
+
+@pytest.mark.parametrize(
+    ("listen", "error"),
+    [
+        ('http = "0.0.0.0:8443"', "listen.http: 0.0.0.0:8443 is also listen.https (0.0.0.0:8443)"),
+        ('http = "127.0.0.1:8443"', "listen.http: 127.0.0.1:8443 overlaps listen.https (0.0.0.0:8443)"),
+        ('mgmt = "[::]:8443"', "listen.mgmt: [::]:8443 overlaps listen.https (0.0.0.0:8443)"),
+        ('http = "127.0.0.1:8080"\nmgmt = "127.0.0.1:8080"', "listen.mgmt: 127.0.0.1:8080 is also listen.http"),
+        (
+            'internal_l4 = "10.0.0.1:9000"\nmgmt = "0.0.0.0:9000"',
+            "listen.mgmt: 0.0.0.0:9000 overlaps listen.internal_l4",
+        ),
+    ],
+)
+def test_two_listeners_on_one_address_are_refused(listen, error):
+    with pytest.raises(ConfigError) as exc:
+        load_bytes(f'[listen]\nhttps = "0.0.0.0:8443"\n{listen}\n'.encode())
+    assert str(exc.value).startswith(error), exc.value
+    assert str(exc.value).endswith(": each listener needs its own address")
+
+
+@pytest.mark.parametrize(
+    "listen",
+    [
+        'http = "0.0.0.0:8080"\nmgmt = "127.0.0.1:9180"',
+        'http = "127.0.0.2:8443"',  # https on one address, http on another, same port: two listeners
+        'mgmt = "127.0.0.1:0"',  # port 0: a new port each time
+    ],
+)
+def test_listeners_on_distinct_addresses_pass(listen):
+    https = "127.0.0.1:8443" if "127.0.0.2" in listen else "0.0.0.0:8443"
+    load_bytes(f'[listen]\nhttps = "{https}"\n{listen}\n'.encode())

@@ -30,7 +30,7 @@ from ..shm.state import SharedState
 from . import credentials, views
 from .dashboard import DASHBOARD_HTML
 from .openapi import openapi_document
-from .policy_admin import PolicyAdmin
+from .policy_admin import NotSaved, PolicyAdmin
 
 if TYPE_CHECKING:
     from .auth import Verifier  # built by the mgmt process (PyJWT), handed in
@@ -137,6 +137,11 @@ class MgmtApp:
                 return await handler(request, principal)
             except OverlayError as exc:
                 return _error(422, "invalid", exc.reason, field=exc.field)
+            except NotSaved as exc:  # the disk, not the request: the same change may succeed later
+                event("policy_not_saved", "error", method=request.method, reason=exc.reason)
+                return JSONResponse(
+                    {"error": "not_saved", "detail": exc.reason}, status_code=503, headers={"Retry-After": "30"}
+                )
 
         return endpoint
 

@@ -240,12 +240,16 @@ def openapi_document(version: str) -> dict[str, Any]:
                         **policy_responses,
                         "413": _json(_ERROR, "body over 16 KiB"),
                         "422": _json(_ERROR, "invalid input (field named)"),
+                        "503": _json(_ERROR, "not applied: tls.state_dir cannot save it (disk full, read-only)"),
                     },
                 },
                 "delete": {
                     "summary": "Back to the config file's values",
                     "security": _secured(SCOPE_POLICY),
-                    "responses": policy_responses,
+                    "responses": {
+                        **policy_responses,
+                        "503": _json(_ERROR, "not applied: tls.state_dir cannot save it (disk full, read-only)"),
+                    },
                 },
             },
             "/metrics": {

@@ -1,7 +1,9 @@
 """Runtime policy changes: validate, persist in ``tls.state_dir``, then publish to every worker via shm.
 
-Persist first, publish second: a change the workers apply is always one that survives a restart. The
-management process is the only writer while the fleet runs (the supervisor publishes once at boot).
+Persist first, publish second: a change the workers apply is always one that survives a restart, so a
+change that cannot be saved (a full or read-only ``tls.state_dir``) is not applied either: ``NotSaved``,
+which the API answers with 503 and the reason. The management process is the only writer while the fleet
+runs (the supervisor publishes once at boot).
 """
 
 from __future__ import annotations
@@ -14,6 +16,14 @@ import msgspec
 from .. import runtime_policy
 from ..config import Policy
 from ..shm.policy import PolicyReader, PolicyWriter
+
+
+class NotSaved(Exception):
+    """The overlay could not be persisted: nothing was published. ``reason`` is one ``key: reason`` line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class PolicyAdmin:
@@ -33,6 +43,13 @@ class PolicyAdmin:
             "generation": generation,
         }
 
+    def _save(self, overlay: runtime_policy.Overlay) -> None:
+        try:
+            runtime_policy.save(self.state_dir, overlay)
+        except OSError as exc:
+            reason = f"tls.state_dir: cannot save the policy in {self.state_dir} ({exc.strerror}): not applied"
+            raise NotSaved(reason) from None
+
     def get(self) -> dict[str, Any]:
         gen, overlay = self._reader.read()
         return self._view(overlay, gen)
@@ -43,7 +60,7 @@ class PolicyAdmin:
         with self._lock:
             _, overlay = self._reader.read()
             new = runtime_policy.apply(overlay, changes)
-            runtime_policy.save(self.state_dir, new)
+            self._save(new)
             gen = self._writer.publish(new)
         return self._view(new, gen), changes
 
@@ -51,6 +68,6 @@ class PolicyAdmin:
         """Back to the config file's values."""
         with self._lock:
             empty = runtime_policy.Overlay()
-            runtime_policy.save(self.state_dir, empty)
+            self._save(empty)
             gen = self._writer.publish(empty)
         return self._view(empty, gen)
