@@ -44,6 +44,11 @@ START_FAILURES_FATAL = 5  # a child dying this many times in a row before it eve
 SLOTS_PER_WORKER = 4  # counter slots: the live worker, its replacement, and retirees of two overlapping reloads
 
 
+def counter_slots(workers: int) -> int:
+    """Counter blocks for a fleet of ``workers``: theirs, 2 spare, and the resolver's (the last one)."""
+    return SLOTS_PER_WORKER * workers + 2 + 1
+
+
 
 @dataclass
 class Child:
@@ -115,9 +120,10 @@ class Arbiter:
         # Retiring workers keep their slot until they exit (at most drain_timeout_s): room for a replacement
         # beside every worker and for the retirees of overlapping reloads; beyond that a reload waits for a
         # slot instead of failing (``_continue_reload``).
-        self.slots = SLOTS_PER_WORKER * self.workers_wanted + 2
+        self.slots = counter_slots(self.workers_wanted)
+        self.resolver_slot = self.slots - 1  # never a worker's: its counts fold into the totals at each exit
         self.children: dict[int, Child] = {}
-        self.free_slots = list(range(self.slots))
+        self.free_slots = list(range(self.resolver_slot))
         self.failures: dict[tuple[str, int], int] = {}
         self.start_failures: dict[tuple[str, int], int] = {}  # consecutive deaths before listening/publishing
         self.exit_code = 0
@@ -285,10 +291,10 @@ class Arbiter:
         cfg = self.cfg
 
         def target() -> int:
-            return Resolver(cfg, self.shared, self.status_w, self.config_path).run()
+            return Resolver(cfg, self.shared, self.status_w, self.config_path, self.resolver_slot).run()
 
         pid = self._fork("resolver", 0, "sentin8-proxy: resolver", target)
-        self.children[pid] = Child("resolver", 0, pid)
+        self.children[pid] = Child("resolver", 0, pid, self.resolver_slot)
 
     def _spawn_mgmt(self) -> None:
         from workers.listener import bind_reuseport
@@ -538,7 +544,8 @@ class Arbiter:
                 reader.zero_gauges(child.slot)
                 reader.retire(child.slot)  # its counts join the retired total: no total ever goes down
                 self.shared.connection_counts(None).zero_column(child.slot)  # its connections died with it
-                self.free_slots.append(child.slot)
+                if child.role == "worker":
+                    self.free_slots.append(child.slot)
                 if self.reload_waiting_slot and self.state == "running":
                     self._continue_reload()
             if self.state != "running":
@@ -614,7 +621,7 @@ class Arbiter:
 
             problem = check_policy(new_cfg.policy)
         wanted = new_cfg.worker_count()
-        if problem is None and SLOTS_PER_WORKER * wanted + 2 > self.slots:
+        if problem is None and counter_slots(wanted) > self.slots:
             problem = f"fleet.workers: {wanted} needs a restart (shared memory sized for fewer)"
         if problem is not None:
             self._reload_finished("refused", problem)
