@@ -42,15 +42,25 @@ def read(state_dir: str, count: Count) -> tuple[RoutingTable, float] | None:
         return None
     except OSError as exc:
         count("routing_cache_invalid")
-        event("routing_cache_invalid", "warning", path=path, reason=exc.strerror or str(exc),
-              action="ignored: starting as without a cache")
+        event(
+            "routing_cache_invalid",
+            "warning",
+            path=path,
+            reason=exc.strerror or str(exc),
+            action="ignored: starting as without a cache",
+        )
         return None
     try:
         got = routing_cache.decode(blob)
     except routing_cache.CacheInvalid as exc:
         count("routing_cache_invalid")
-        event("routing_cache_invalid", "warning", path=path, reason=str(exc),
-              action="ignored: starting as without a cache")
+        event(
+            "routing_cache_invalid",
+            "warning",
+            path=path,
+            reason=str(exc),
+            action="ignored: starting as without a cache",
+        )
         return None
     return got
 
@@ -124,8 +134,13 @@ class CacheWriter:
                 self.errors += 1
                 self.count("routing_cache_write_errors")
                 if not self._failing:  # once per run of failures: a full disk must not flood the log
-                    event("routing_cache_write_failed", "error", path=cache_path(self.state_dir),
-                          reason=exc.strerror or str(exc), action="routing unaffected; retried with the next table")
+                    event(
+                        "routing_cache_write_failed",
+                        "error",
+                        path=cache_path(self.state_dir),
+                        reason=exc.strerror or str(exc),
+                        action="routing unaffected; retried with the next table",
+                    )
                 self._failing = True
                 continue
             self.writes += 1
