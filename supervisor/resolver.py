@@ -120,7 +120,8 @@ class Resolver:
             seed = self.last_known()
             self.cache = routing_cache.CacheWriter(self.cfg.tls.state_dir, self.count)
             routing_cache.remove_leftovers(self.cfg.tls.state_dir)
-        task = loop.create_task(make_runner(self.cfg, self.config_path, seed).run(self.publish, reload))
+        runner = make_runner(self.cfg, self.config_path, seed)
+        task = loop.create_task(runner.run(self.publish, reload))
         metrics = self._metrics_task(loop)
         await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)
         if metrics is not None:
@@ -128,6 +129,7 @@ class Resolver:
         if task.done():
             task.result()  # a runner never returns on its own: surface why, the supervisor restarts us
             return 1
+        runner.hand_over()  # the successor (a [sources] reload) starts from what is published now
         task.cancel()
         return 0
 

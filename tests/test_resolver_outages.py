@@ -25,12 +25,15 @@ import pytest
 from sentin8 import routing_cache
 from tests.netns import external_host  # noqa: F401 - fixture
 from tests.peers import HTTPBackend, wait_until
-from tests.test_availability import HEALTH_FRESH_S, _loaded_fleet, outage_platform  # noqa: F401 - fixture
+from tests.test_availability import _loaded_fleet, outage_platform  # noqa: F401 - fixture
 from tests.test_fleet_live import hostname, routes_to
 
-# After the restart the outage lasts past the old boot window (5 s) and past the heartbeat freshness window
-# (HEALTH_FRESH_S): the last-known instances must stay eligible on the frozen health clock.
-AFTER_RESTART_S = 2 * HEALTH_FRESH_S + 1.0
+# Heartbeats go stale after HEALTH_FRESH_S: a registry read every 1 s + 1 s debounce leaves a published table's
+# newest heartbeat up to ~2.5 s old, so a SIGKILLed resolver's successor has the rest to publish its frozen clock.
+HEALTH_FRESH_S = 5.0
+# After the restart the outage lasts past the old boot window (5 s) and past the heartbeat freshness window:
+# the last-known instances must stay eligible on the frozen health clock.
+AFTER_RESTART_S = HEALTH_FRESH_S + 1.5
 
 
 def resolver_pid(fleet) -> int:
@@ -70,13 +73,15 @@ def reload_with_changed_sources(fleet) -> None:
 
 
 def _restart_during_outage(platform, captain, backend_factory, fleet_factory, external_host, source, restart):
-    fleet, load, web = _loaded_fleet(platform, captain, backend_factory, fleet_factory, external_host)
+    fleet, load, web = _loaded_fleet(platform, captain, backend_factory, fleet_factory, external_host, HEALTH_FRESH_S)
     try:
         wait_until(lambda: load.total() > 20, 20, what="load flowing")
         if source == "valkey":
             platform.redis.stop(kill=True)
+            # as in production, the running resolver notices first (its subscription drops): stale, clock frozen
+            wait_until(lambda: fleet.saw("source_outage"), 10, 0.05, what="outage noticed")
         else:
-            platform.pg.stop(mode="immediate")
+            platform.pg.stop(mode="immediate")  # unnoticed until a domain event or poll: the new resolver finds it
         restarts = _restart_marks(fleet)
         restart(fleet)
         wait_until(lambda: restarted_from_published(fleet, restarts), 15, 0.05, what="resolver restarted")

@@ -551,3 +551,27 @@ def test_a_seeded_runner_with_both_sources_up_publishes_fresh_data_only(
             assert len(rec.tables) == 1
 
     asyncio.run(main())
+
+
+def test_hand_over_freezes_the_health_clock_for_the_successor(
+    redis_server: RedisServer,  # noqa: F811
+    platform: tuple[PostgresServer, str, str],
+) -> None:
+    """A resolver stopped by a [sources] reload publishes its table with the health clock frozen at its last
+    registry read: until the successor reads the registry nobody does, and heartbeats must not age meanwhile."""
+    _, _, proxy_dsn = platform
+
+    async def main() -> None:
+        await hset(redis_server, "web", **{"web-1": instance()})
+        runner = LiveRunner(make_cfg(redis_server, proxy_dsn), **FAST)
+        async with running(runner) as (rec, _):
+            first = await rec.wait_for(lambda t: True)
+            assert first.health_frozen_at == 0.0
+            runner.hand_over()
+            last = rec.last
+            assert last is not first and not last.stale and last.routes == first.routes
+            assert last.health_frozen_at == runner.status()["registry"]["last_success"]
+            seed = lastknown.from_table(last, lastknown.PUBLISHED, time.time())
+            assert seed.registry_read_at == last.health_frozen_at  # what the successor starts its clock from
+
+    asyncio.run(main())

@@ -161,6 +161,7 @@ class LiveRunner:
         self._last_publish_at: float | None = None
         self._publish_error: str | None = None
         self._good_at = 0.0  # last moment every source had just loaded fine: the published built_at
+        self._handing_over = False  # stopping: the registry will go unread until the successor reads it
         self.seed = seed
         if seed is not None:
             self._start_from(seed)
@@ -232,7 +233,7 @@ class LiveRunner:
     def _health_clock_fields(self) -> tuple[float, float, float]:
         """(frozen_at, lag_s, lag_until) for the published table; see ``RoutingTable.health_clock``."""
         reg = self.registry
-        if reg.live and not reg.ok and reg.last_success:
+        if reg.live and (not reg.ok or self._handing_over) and reg.last_success:
             return (reg.last_success, 0.0, 0.0)
         lag_s, until = self._health_lag
         if until and time.time() < until:
@@ -412,6 +413,13 @@ class LiveRunner:
             self._request_all()
 
     # ---- protocol -------------------------------------------------------------------------------------
+
+    def hand_over(self) -> None:
+        """The resolver is stopping (a ``[sources]`` reload restarts it): until its successor reads the registry
+        nobody does, so heartbeats must not age meanwhile. Republish with the health clock frozen at the last
+        read; the successor starts from this table and unfreezes it with its first registry load."""
+        self._handing_over = True
+        self._rebuild()
 
     async def run(self, publish: Publish, reload: asyncio.Event) -> None:
         try:
