@@ -178,6 +178,14 @@ def _first_fleet_writes_its_cache(platform, captain, backend_factory, fleet_fact
     web = HTTPBackend("web")
     captain.register("web", "web-1", web.port, tls=False)  # the next publication is written again
     wait_until(lambda: fleet.saw("routing_cache_write_recovered"), 10, 0.05, what="the cache written again")
+
+    def cached_services() -> set[str]:
+        try:
+            return set(routing_cache.decode((state / routing_cache.FILE_NAME).read_bytes())[0].services)
+        except (OSError, routing_cache.CacheInvalid):
+            return set()
+
+    wait_until(lambda: cached_services() == {"shop", "web"}, 10, 0.05, what="web in the cache")
     stats = fleet.stats()
     assert stats["routing_cache_write_errors"] >= 1 and stats["routing_cache_writes"] >= 2
     assert not full.exists()
