@@ -44,6 +44,11 @@ QUIT_GRACE_S = 5.0
 SLOTS_PER_WORKER = 4  # counter slots: the live worker, its replacement, and retirees of two overlapping reloads
 
 
+def counter_slots(workers: int) -> int:
+    """Counter blocks for a fleet of ``workers``: theirs, 2 spare, and the resolver's (the last one)."""
+    return SLOTS_PER_WORKER * workers + 2 + 1
+
+
 class FleetState(Enum):
     RUNNING = "running"
     DRAINING = "draining"
@@ -59,9 +64,10 @@ class Arbiter:
         # Retiring workers keep their slot until they exit (at most drain_timeout_s): room for a replacement
         # beside every worker and for the retirees of overlapping reloads; beyond that a reload waits for a
         # slot instead of failing (WAITING_SLOT).
-        self.slots = SLOTS_PER_WORKER * self.workers_wanted + 2
+        self.slots = counter_slots(self.workers_wanted)
+        self.resolver_slot = self.slots - 1  # never a worker's: its counts fold into the totals at each exit
         self.children: dict[int, Child] = {}
-        self.free_slots = list(range(self.slots))
+        self.free_slots = list(range(self.resolver_slot))
         self.respawns = Respawns()
         self.exit_code = 0
         self.respawn_at: dict[tuple[str, int], float] = {}
@@ -91,7 +97,7 @@ class Arbiter:
 
     def fits(self, workers: int) -> bool:
         """Whether the shared memory sized at start has the counter slots for ``workers``."""
-        return SLOTS_PER_WORKER * workers + 2 <= self.slots
+        return counter_slots(workers) <= self.slots
 
     def slot_free(self) -> bool:
         return bool(self.free_slots)
@@ -224,10 +230,10 @@ class Arbiter:
         cfg = self.cfg
 
         def target() -> int:
-            return Resolver(cfg, self.shared, self.status_w, self.config_path).run()
+            return Resolver(cfg, self.shared, self.status_w, self.config_path, self.resolver_slot).run()
 
         pid = self._fork("resolver", "sentin8-proxy: resolver", target)
-        self.children[pid] = Child("resolver", 0, pid)
+        self.children[pid] = Child("resolver", 0, pid, self.resolver_slot)
 
     def _spawn_mgmt(self) -> None:
         from workers.listener import bind_reuseport
@@ -457,7 +463,8 @@ class Arbiter:
                 reader.zero_gauges(child.slot)
                 reader.retire(child.slot)  # its counts join the retired total: no total ever goes down
                 self.shared.connection_counts(None).zero_column(child.slot)  # its connections died with it
-                self.free_slots.append(child.slot)
+                if child.role == "worker":
+                    self.free_slots.append(child.slot)
                 self.reloads.on_slot_freed()
             if not self.running:
                 if not self._workers():

@@ -69,7 +69,7 @@ def outage_platform(postgres_server):
         captain.halt.set()
 
 
-def _loaded_fleet(platform, captain, backend_factory, fleet_factory, external_host):  # noqa: F811
+def _loaded_fleet(platform, captain, backend_factory, fleet_factory, external_host, fresh_s=HEALTH_FRESH_S):  # noqa: F811
     shop = backend_factory("shop", hostname("shop"))
     web = HTTPBackend("web")
     captain.register("shop", "shop-1", shop.port, tls=True)
@@ -77,7 +77,7 @@ def _loaded_fleet(platform, captain, backend_factory, fleet_factory, external_ho
     platform.add_app("shop", "shop")
     platform.add_app("web", "web")
     platform.add_app("cart", "cart")  # routed, but no instance yet: the registry change made after the outage
-    fleet = fleet_factory("", extra=platform.sources(health_fresh_s=HEALTH_FRESH_S), host="0.0.0.0")
+    fleet = fleet_factory("", extra=platform.sources(health_fresh_s=fresh_s), host="0.0.0.0")
     wait_until(lambda: routes_to(fleet.port, hostname("shop"), b"shop"), 10, what="shop routed")
     load = Load()
     load.l4(fleet.port, hostname("shop"), b"shop:", new_conns=2, keepalive=1)

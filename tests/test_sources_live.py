@@ -18,8 +18,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from sentin8.config import Config, DomainEntry, InstanceEntry, Sources
-from sentin8.routing import RoutingTable
+from sentin8.routing import Instance, Route, RoutingTable
+from sentin8.sources import lastknown
 from sentin8.sources.domains import CHANGED_CHANNEL as DOMAIN_CHANNEL
+from sentin8.sources.lastknown import LastKnown
 from sentin8.sources.live import LiveRunner
 from sentin8.sources.registry import CHANGED_CHANNEL as REGISTRY_CHANNEL
 from tests.servers import (  # noqa: F401 (fixtures)
@@ -451,5 +453,125 @@ def test_a_failed_publish_is_retried_not_fatal(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    asyncio.run(main())
+
+
+# ---- starting from the last-known table (issue 16 item 0) ------------------------------------------------
+
+
+def _seed(**parts: Any) -> LastKnown:
+    """A last-known table as a previous resolver would have left it: ``old`` routes, ``web-old`` instance."""
+    beat = time.time() - 1.0
+    defaults: dict[str, Any] = {
+        "origin": lastknown.PUBLISHED,
+        "instances": [Instance("web-old", "web", "10.9.9.9", 8443, health_ts=beat, tls=True)],
+        "routes": [Route(f"old.prod.acme.{APPS}", "web")],
+        "built_at": beat - 5.0,
+        "registry_read_at": beat,
+    }
+    return LastKnown(**{**defaults, **parts})
+
+
+def test_a_seeded_runner_with_valkey_down_keeps_the_registry_part_and_publishes_at_once(
+    redis_server: RedisServer,  # noqa: F811
+    platform: tuple[PostgresServer, str, str],
+) -> None:
+    """No boot wait with something to serve (boot_retries would wait 60 s), the registry's last-known part kept
+    with its health clock frozen where it was read, the fresh domains beside it; fresh once Valkey is back."""
+    _, _, proxy_dsn = platform
+    redis_server.stop(kill=True)
+    seed = _seed()
+
+    async def main() -> None:
+        cfg = make_cfg(redis_server, proxy_dsn, boot_retries=60, boot_retry_interval_s=1.0)
+        runner = LiveRunner(cfg, seed=seed, **FAST)
+        t0 = time.monotonic()
+        async with running(runner) as (rec, _):
+            first = await rec.wait_for(lambda t: True, timeout=5.0)
+            assert time.monotonic() - t0 < 5.0
+            assert first.stale and first.built_at == seed.built_at
+            assert [i.id for i in first.instances("web")] == ["web-old"]  # the registry part survived
+            assert first.resolve(SHOP) is not None and first.resolve(f"old.prod.acme.{APPS}") is None  # fresh domains
+            assert first.health_frozen_at == seed.registry_read_at  # heartbeats do not age unread
+            assert runner.status()["started_from"] == "published"
+
+            await asyncio.to_thread(redis_server.start)
+            await hset(redis_server, "web", **{"web-new": instance("10.0.0.7")})
+            table = await rec.wait_for(lambda t: not t.stale, timeout=10.0)
+            assert [i.id for i in table.instances("web")] == ["web-new"] and table.resolve(SHOP) is not None
+            assert table.built_at > seed.built_at
+
+    asyncio.run(main())
+
+
+def test_a_seeded_runner_with_postgres_down_keeps_the_domains_part(
+    redis_server: RedisServer,  # noqa: F811
+    platform: tuple[PostgresServer, str, str],
+) -> None:
+    server, admin_dsn, proxy_dsn = platform
+    server.stop()
+    seed = _seed(routes=[Route(SHOP, "web", "env", "app", "org")])
+
+    async def main() -> None:
+        await hset(redis_server, "web", **{"web-1": instance()})
+        cfg = make_cfg(redis_server, proxy_dsn, boot_retries=60, boot_retry_interval_s=1.0)
+        runner = LiveRunner(cfg, seed=seed, **FAST)
+        async with running(runner) as (rec, _):
+            first = await rec.wait_for(lambda t: True, timeout=8.0)
+            assert first.stale and first.resolve(SHOP) == Route(SHOP, "web", "env", "app", "org")
+            assert [i.id for i in first.instances("web")] == ["web-1"]  # the registry part is fresh
+            assert first.health_frozen_at == 0.0  # the registry is read: its clock runs
+            assert not runner.status()["domains"]["ok"] and runner.status()["registry"]["ok"]
+
+            await asyncio.to_thread(server.start)
+            await until(lambda: runner.status()["subscriber"]["connected"], "subscribed")
+            add_app(admin_dsn, "after")
+            await publish_event(redis_server, DOMAIN_CHANNEL)
+            table = await rec.wait_for(lambda t: t.resolve(f"after.prod.acme.{APPS}") is not None, timeout=10.0)
+            assert not table.stale and table.resolve(SHOP) is not None
+
+    asyncio.run(main())
+
+
+def test_a_seeded_runner_with_both_sources_up_publishes_fresh_data_only(
+    redis_server: RedisServer,  # noqa: F811
+    platform: tuple[PostgresServer, str, str],
+) -> None:
+    """A restart with everything up never shows the last-known table: the first publication is fresh."""
+    _, _, proxy_dsn = platform
+
+    async def main() -> None:
+        await hset(redis_server, "web", **{"web-1": instance()})
+        runner = LiveRunner(make_cfg(redis_server, proxy_dsn), seed=_seed(origin=lastknown.DISK), **FAST)
+        async with running(runner) as (rec, _):
+            first = await rec.wait_for(lambda t: True)
+            assert not first.stale and [i.id for i in first.instances("web")] == ["web-1"]
+            assert first.resolve(f"old.prod.acme.{APPS}") is None and first.resolve(SHOP) is not None
+            assert len(rec.tables) == 1
+
+    asyncio.run(main())
+
+
+def test_hand_over_freezes_the_health_clock_for_the_successor(
+    redis_server: RedisServer,  # noqa: F811
+    platform: tuple[PostgresServer, str, str],
+) -> None:
+    """A resolver stopped by a [sources] reload publishes its table with the health clock frozen at its last
+    registry read: until the successor reads the registry nobody does, and heartbeats must not age meanwhile."""
+    _, _, proxy_dsn = platform
+
+    async def main() -> None:
+        await hset(redis_server, "web", **{"web-1": instance()})
+        runner = LiveRunner(make_cfg(redis_server, proxy_dsn), **FAST)
+        async with running(runner) as (rec, _):
+            first = await rec.wait_for(lambda t: True)
+            assert first.health_frozen_at == 0.0
+            runner.hand_over()
+            last = rec.last
+            assert last is not first and not last.stale and last.routes == first.routes
+            assert last.health_frozen_at == runner.status()["registry"]["last_success"]
+            seed = lastknown.from_table(last, lastknown.PUBLISHED, time.time())
+            assert seed.registry_read_at == last.health_frozen_at  # what the successor starts its clock from
 
     asyncio.run(main())

@@ -193,6 +193,12 @@ NAMES: tuple[str, ...] = (
     *_H2_ENGINE_REASONS,  # the engine's refusals (sentin8/http/h2_events.py)
     *_H2_BUDGET_REASONS,  # the budgets' (h2_budget.py)
     *_H2_REQUEST_REASONS,  # malformed requests (h2_request.py)
+    # the resolver's last-known table (issue 16): written by the resolver, in a counter block of its own
+    "resolver_started_from_published",  # a resolver (re)start that continued from the table in shared memory
+    "routing_cache_loaded",  # a cold start that began from the cache file in tls.state_dir (served stale)
+    "routing_cache_invalid",  # a cache file found at a cold start but ignored: torn, foreign, another version
+    "routing_cache_writes",  # complete, fresh tables written to the cache file
+    "routing_cache_write_errors",  # a cache write that failed (full disk, permissions): routing unaffected
 )
 GAUGES = ("l4_active", "active_connections", "open_connections")
 MAX_COUNTERS = 256  # room for the names other features add; the last three words are the block's own

@@ -19,3 +19,7 @@ class SourceRunner(Protocol):
     async def run(self, publish: Publish, reload: asyncio.Event) -> None:
         """Load, publish, then keep the table current until cancelled. ``reload`` is set on SIGHUP."""
         ...
+
+    def hand_over(self) -> None:
+        """The process is stopping and a successor will start from the published table: publish what it needs."""
+        ...

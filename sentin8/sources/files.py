@@ -45,6 +45,9 @@ class FileRunner:
             return None
         return (st.st_mtime_ns, st.st_size, st.st_ino)
 
+    def hand_over(self) -> None:
+        """Nothing to hand over: the successor reads the file."""
+
     async def run(self, publish: Publish, reload: asyncio.Event) -> None:
         stamp = self._stamp()
         publish(file_table(self.cfg))

@@ -2,9 +2,12 @@
 
 Lifecycle (ARCHITECTURE.md §6):
 
-- **Boot**: the first load of each live source is retried ``boot_retries`` x ``boot_retry_interval_s``; then
-  whatever is known is published (possibly empty, marked stale) so the fleet can start, and the failing
-  sources keep retrying in the background.
+- **Boot**: a runner given the last-known table (``seed``: the one in shared memory when the resolver
+  restarts, else the cache on disk at a cold start; ``sentin8.sources.lastknown``) starts from its parts: one
+  attempt per live source, then the table is published at once, each source that could not load keeping its
+  last-known part, marked stale. Without one, the first load of each live source is retried ``boot_retries`` x
+  ``boot_retry_interval_s``; then whatever is known is published (possibly empty, marked stale) so the fleet
+  can start. Either way the failing sources keep retrying in the background.
 - **Events** (Valkey pub/sub): ``captain:changed`` -> registry reload, debounced (a burst costs one reload);
   ``sentin8:sys:domain:changed`` -> domain reload, newest wins (a pending flag, never a queue).
 - **Safety poll** every ``poll_interval_s`` for both, and SIGHUP (``reload``) reloads both at once.
@@ -46,6 +49,7 @@ from . import Publish
 from .domains import CHANGED_CHANNEL as DOMAIN_CHANNEL
 from .domains import PostgresDomains
 from .files import file_instances, file_routes
+from .lastknown import LastKnown
 from .registry import CHANGED_CHANNEL as REGISTRY_CHANNEL
 from .registry import fetch_registry
 
@@ -117,6 +121,7 @@ class LiveRunner:
         load_timeout_s: float = 15.0,
         connect_timeout_s: float = 5.0,
         ping_interval_s: float = 10.0,
+        seed: LastKnown | None = None,
     ) -> None:
         src = cfg.sources
         self.cfg = cfg
@@ -156,6 +161,23 @@ class LiveRunner:
         self._last_publish_at: float | None = None
         self._publish_error: str | None = None
         self._good_at = 0.0  # last moment every source had just loaded fine: the published built_at
+        self._handing_over = False  # stopping: the registry will go unread until the successor reads it
+        self.seed = seed
+        if seed is not None:
+            self._start_from(seed)
+
+    def _start_from(self, seed: LastKnown) -> None:
+        """Each live source starts with its last-known part (a file source has its own, always current); a
+        part is replaced only by a load of its own source (``_load``), so nothing published is ever built
+        from less than this. ``last_success`` is when that data was read, by whichever resolver read it: the
+        health clock freezes there while the registry cannot be read, and resumes from there once it is."""
+        if self.registry.live:
+            self._instances = list(seed.instances)
+            self.registry.last_success = seed.registry_read_at or None
+        if self.domains.live:
+            self._routes = list(seed.routes)
+            self.domains.last_success = seed.built_at or None
+        self._good_at = seed.built_at
 
     # ---- status ---------------------------------------------------------------------------------------
 
@@ -171,6 +193,7 @@ class LiveRunner:
             "published": self._published,
             "last_publish_at": self._last_publish_at,
             "publish_error": self._publish_error,
+            "started_from": self.seed.origin if self.seed is not None else None,
             "instances": len(self._instances),
             "routes": len(self._routes),
             "registry": self.registry.snapshot(),
@@ -210,7 +233,7 @@ class LiveRunner:
     def _health_clock_fields(self) -> tuple[float, float, float]:
         """(frozen_at, lag_s, lag_until) for the published table; see ``RoutingTable.health_clock``."""
         reg = self.registry
-        if reg.live and not reg.ok and reg.last_success:
+        if reg.live and (not reg.ok or self._handing_over) and reg.last_success:
             return (reg.last_success, 0.0, 0.0)
         lag_s, until = self._health_lag
         if until and time.time() < until:
@@ -300,7 +323,8 @@ class LiveRunner:
 
     async def _boot(self) -> None:
         live = [s for s in self._sources if s.live]
-        retries = max(0, self.cfg.sources.boot_retries)
+        # With a last-known table there is something better to serve than nothing: do not wait for the outage.
+        retries = 0 if self.seed is not None else max(0, self.cfg.sources.boot_retries)
         for attempt in range(retries + 1):
             await asyncio.gather(*(self._attempt(s) for s in live))
             live = [s for s in live if not s.ok]
@@ -309,13 +333,11 @@ class LiveRunner:
             if attempt < retries:
                 await asyncio.sleep(self.cfg.sources.boot_retry_interval_s)
         names = ", ".join(s.name for s in live)
-        event(
-            "source_boot_incomplete",
-            "warning",
-            sources=names,
-            retries=retries,
-            action="starting with what is known, marked stale",
-        )
+        if self.seed is not None:
+            action = f"keeping their last-known part ({self.seed.origin} table), marked stale"
+        else:
+            action = "starting with what is known, marked stale"
+        event("source_boot_incomplete", "warning", sources=names, retries=retries, action=action)
         for src in live:
             src.request()  # the loaders keep trying, with backoff
 
@@ -391,6 +413,13 @@ class LiveRunner:
             self._request_all()
 
     # ---- protocol -------------------------------------------------------------------------------------
+
+    def hand_over(self) -> None:
+        """The resolver is stopping (a ``[sources]`` reload restarts it): until its successor reads the registry
+        nobody does, so heartbeats must not age meanwhile. Republish with the health clock frozen at the last
+        read; the successor starts from this table and unfreezes it with its first registry load."""
+        self._handing_over = True
+        self._rebuild()
 
     async def run(self, publish: Publish, reload: asyncio.Event) -> None:
         try:
