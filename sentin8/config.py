@@ -19,14 +19,14 @@ class ConfigError(Exception):
     """A configuration problem, already phrased as ``key: reason``."""
 
 
-def doc(text: str) -> msgspec.Meta:
+def doc(text: str, example: object = None) -> msgspec.Meta:
     """A key's operator documentation, declared with it: ``key: Annotated[int, doc("...")] = 0``.
 
     The one place that says what a key does: the configuration reference (docs/configuration.md) and the
     annotated example (``check-config --print-defaults``) are generated from it (``python -m sentin8.docgen``),
-    and a test fails when a key has none.
+    and a test fails when a key has none. ``example``: what the example shows for a key with no default.
     """
-    return msgspec.Meta(description=text)
+    return msgspec.Meta(description=text) if example is None else msgspec.Meta(description=text, examples=[example])
 
 
 class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -180,8 +180,8 @@ class Upstream(_Section):
 class WafExclusionEntry(_Section):
     """``[[policy.waf_exclusions]]``: CRS rules switched off for one host (or ``*.domain``), for false positives."""
 
-    host: Annotated[str, doc('a hostname or "*.domain"')]
-    rule_ids: Annotated[list[int], doc("the CRS rule ids switched off for it")]
+    host: Annotated[str, doc('a hostname or "*.domain"', "legacy.example.com")]
+    rule_ids: Annotated[list[int], doc("the CRS rule ids switched off for it", [942100, 920420])]
 
 
 class Policy(_Section):
@@ -271,10 +271,10 @@ class SharedMemory(_Section):
 class InstanceEntry(_Section):
     """``[[instances]]``: the file registry (sources.registry = "file")."""
 
-    service: Annotated[str, doc("the service the instance belongs to")]
-    id: Annotated[str, doc("unique instance id")]
-    host: Annotated[str, doc("its IP address")]
-    port: Annotated[int, doc("its port")]
+    service: Annotated[str, doc("the service the instance belongs to", "web")]
+    id: Annotated[str, doc("unique instance id", "web-1")]
+    host: Annotated[str, doc("its IP address", "127.0.0.1")]
+    port: Annotated[int, doc("its port", 9001)]
     state: Annotated[str, doc('only "Active" instances get traffic')] = "Active"
     tls: Annotated[bool, doc("L7: bridge over TLS (true) or plain TCP offload (false)")] = False
 
@@ -282,8 +282,8 @@ class InstanceEntry(_Section):
 class DomainEntry(_Section):
     """``[[domains]]``: the file domain table (sources.domains = "file"); "*.example.com" wildcards allowed."""
 
-    hostname: Annotated[str, doc("the name clients send as SNI")]
-    service: Annotated[str, doc("the service that answers it")]
+    hostname: Annotated[str, doc("the name clients send as SNI", "shop.apps.example.com")]
+    service: Annotated[str, doc("the service that answers it", "web")]
     env_id: Annotated[str, doc("sent upstream as X-Sentin8-Env-Id")] = ""
     app_id: Annotated[str, doc("sent upstream as X-Sentin8-App-Id")] = ""
     org_id: Annotated[str, doc("the owning org")] = ""

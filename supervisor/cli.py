@@ -1,4 +1,4 @@
-"""``sentin8-proxy``: run | check-config | reload | demo, and the management commands
+"""``sentin8-proxy``: run | check-config [--print-defaults] | reload | demo, and the management commands
 (``supervisor.mgmt_cli``)."""
 
 from __future__ import annotations
@@ -42,7 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         help="upgrade step: share the listen ports with the fleet already on them (see README, Upgrades)",
     )
     p_check = sub.add_parser("check-config", help="validate FILE and print the effective config")
-    p_check.add_argument("file", metavar="FILE")
+    p_check.add_argument("file", metavar="FILE", nargs="?")
+    p_check.add_argument(
+        "--print-defaults",
+        action="store_true",
+        help="print the annotated example configuration (every key at its default) and exit",
+    )
     p_reload = sub.add_parser("reload", help="SIGHUP the running fleet; with --wait, report how it ended")
     p_reload.add_argument("--config", required=True, metavar="FILE", help="the fleet's config (its state_dir)")
     p_reload.add_argument("--pid", type=int, default=0, help="the supervisor (default: its pid file)")
@@ -58,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
         return mgmt_cli.run(args)
 
     if args.command == "check-config":
+        if args.print_defaults:
+            from sentin8 import data
+
+            sys.stdout.write(data.read_text(data.EXAMPLE_CONFIG))
+            return 0
+        if args.file is None:
+            p_check.error("FILE is required (or --print-defaults)")
         cfg = _load(args.file)
         print(json.dumps(to_toml_dict(cfg), indent=2))
         return 0
