@@ -99,9 +99,9 @@ def _doc(cls: type) -> str:
     return " ".join((cls.__doc__ or "").split()).replace("``", "`")
 
 
-def sections() -> list[Section]:
-    """Every section of :class:`sentin8.config.Config` in declaration order, nested arrays of tables after
-    their parent; raises :class:`DocError` for a key without ``doc(...)``."""
+def sections(root: type = cfgmod.Config) -> list[Section]:
+    """Every section of ``root`` (:class:`sentin8.config.Config`) in declaration order, nested arrays of tables
+    after their parent; raises :class:`DocError` for a key without ``doc(...)``."""
     out: list[Section] = []
 
     def walk(name: str, struct: mi.StructType, array: bool) -> None:
@@ -120,7 +120,7 @@ def sections() -> list[Section]:
         for sub, st in nested:
             walk(sub, st, True)
 
-    top = mi.type_info(cfgmod.Config)
+    top = mi.type_info(root)
     assert isinstance(top, mi.StructType)
     for f in top.fields:
         t, _ = _unwrap(f.type)
