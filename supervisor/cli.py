@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument(
         "--beside-running-fleet",
         action="store_true",
-        help="upgrade step: share the listen ports with the fleet already on them (see README, Upgrades)",
+        help="upgrade step: share the listen ports with the fleet already on them (see docs/upgrades.md)",
     )
     p_check = sub.add_parser("check-config", help="validate FILE and print the effective config")
     p_check.add_argument("file", metavar="FILE", nargs="?")
