@@ -8,7 +8,8 @@ Each is a pure function of the code it documents, so it cannot drift from it:
   each name's trailing comment, read from the module's source) and the Prometheus families
   (``FAMILIES`` in ``sentin8/metrics/prometheus.py``).
 
-``python -m sentin8.docgen`` rewrites the three files; ``--check`` only says which are stale (exit 1).
+``python -m sentin8.docgen`` (``./dev docs``) rewrites the three files; ``--check`` only says which are stale
+(exit 1).
 ``tests/test_docs.py`` fails when a file differs from what this module makes, naming that command. A key
 without ``doc(...)`` or a counter without a comment is a :class:`DocError` naming it: the reference never
 lists something it cannot explain.
@@ -347,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     """The I/O shell: read counters.py, write (or ``--check``) the files under the repository root."""
     args = sys.argv[1:] if argv is None else argv
     root = Path(__file__).resolve().parent.parent
+    if not (root / "pyproject.toml").is_file():
+        print(f"{root}: not a checkout of the project (the files it writes live in one)", file=sys.stderr)
+        return 2
     from .shm import counters
 
     made = outputs(Path(counters.__file__).with_suffix(".py").read_text())

@@ -39,7 +39,7 @@ README_COMMANDS = [
 def test_a_generated_file_matches_the_code_it_documents(path):
     made = docgen.outputs(Path(counters.__file__).with_suffix(".py").read_text())[path]
     on_disk = (REPO / path).read_text() if (REPO / path).is_file() else ""
-    assert on_disk == made, f"{path} is stale: regenerate it with `{docgen.REGENERATE}` and commit the result"
+    assert on_disk == made, f"{path} is stale: regenerate with `./dev docs` (= `{docgen.REGENERATE}`) and commit it"
 
 
 def test_the_check_mode_of_the_command_agrees():
