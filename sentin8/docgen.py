@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import re
 import sys
 import textwrap
 import tokenize
@@ -322,8 +323,9 @@ def metrics_md(counters_source: str) -> str:
         "",
     ]
     for group in counter_groups(counters_source, c.NAMES):
-        if group.heading:
-            out += [f"### {group.heading[0].upper()}{group.heading[1:]}", ""]
+        if group.heading:  # its first clause: the rest of a group comment speaks to whoever edits the table
+            title = re.split(r" \(|[:;.]", group.heading, maxsplit=1)[0]
+            out += [f"### {title[0].upper()}{title[1:]}", ""]
         out += ["| counter | what it counts |", "|---|---|"]
         for name, text in group.names:
             if not text and name in gauge_help:
