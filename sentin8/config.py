@@ -10,7 +10,7 @@ import ipaddress
 import os
 import re
 import tomllib
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -19,42 +19,79 @@ class ConfigError(Exception):
     """A configuration problem, already phrased as ``key: reason``."""
 
 
+def doc(text: str, example: object = None) -> msgspec.Meta:
+    """A key's operator documentation, declared with it: ``key: Annotated[int, doc("...")] = 0``.
+
+    The one place that says what a key does: the configuration reference (docs/configuration.md) and the
+    annotated example (``check-config --print-defaults``) are generated from it (``python -m sentin8.docgen``),
+    and a test fails when a key has none. ``example``: what the example shows for a key with no default.
+    """
+    return msgspec.Meta(description=text) if example is None else msgspec.Meta(description=text, examples=[example])
+
+
 class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pass
 
 
 class Listen(_Section):
-    https: str = "0.0.0.0:443"
-    http: str = "0.0.0.0:80"
-    mgmt: str = "127.0.0.1:9180"
-    internal_l4: str = ""  # guaranteed-L4 listener: every connection SNI-routed and piped raw; "" = off
+    """Listening addresses (HOST:PORT, the host a literal IP address, IPv6 as ``[addr]:port``)."""
+
+    https: Annotated[str, doc('every worker binds it with SO_REUSEPORT; "[::]:443" for dual stack')] = "0.0.0.0:443"
+    http: Annotated[str, doc('ACME HTTP-01 challenges only (everything else: 404); "" = off')] = "0.0.0.0:80"
+    mgmt: Annotated[str, doc('management API, dashboard and /metrics (its own process); "" = off')] = "127.0.0.1:9180"
+    internal_l4: Annotated[
+        str, doc('guaranteed-L4 listener: every connection SNI-routed and piped raw, e.g. "0.0.0.0:8443"; "" = off')
+    ] = ""
 
 
 class Fleet(_Section):
-    workers: int = 0
-    drain_timeout_s: float = 30
-    # A draining worker keeps idle keep-alive connections this long, answering their next request with
-    # Connection: close (HAProxy's idle-close-on-response), then closes those still idle.
-    drain_idle_grace_s: float = 2
-    restart_backoff_max_s: float = 30
-    rss_limit_mb: int = 0  # 0 = only report RSS; > 0 = recycle a worker above it
+    """The supervisor's worker processes."""
+
+    workers: Annotated[int, doc("worker processes, each pinned to one CPU; 0 = one per usable CPU")] = 0
+    drain_timeout_s: Annotated[
+        float, doc("a draining worker exits at zero connections or after this long (raise TimeoutStopSec with it)")
+    ] = 30
+    drain_idle_grace_s: Annotated[
+        float,
+        doc(
+            "a draining worker keeps idle keep-alive connections this long, answering their next request with"
+            " Connection: close (HAProxy's idle-close-on-response), then closes those still idle"
+        ),
+    ] = 2
+    restart_backoff_max_s: Annotated[float, doc("cap of the exponential backoff before a dead child restarts")] = 30
+    rss_limit_mb: Annotated[int, doc("0 = only report RSS; > 0 = recycle (drain and replace) a worker above it")] = 0
 
 
 class Limits(_Section):
-    peek_timeout_s: float = 10
-    # 32 KiB: a ClientHello in one maximal record (16,389 bytes on the wire) and the same hello split over
-    # several records; a larger hello is refused with illegal_parameter (sentin8/clienthello.py)
-    peek_max_bytes: int = 32768
-    handshake_timeout_s: float = 10
-    header_timeout_s: float = 15
-    idle_timeout_s: float = 60
-    max_connections_per_ip: int = 0  # concurrent connections per client address, all workers; 0 = no cap
-    max_inflight_per_worker: int = 2048  # L7 requests in flight per worker; above: 503 + Retry-After; 0 = no cap
-    max_request_body_bytes: int = 0  # L7 request body (declared or streamed); above: 413; 0 = no cap (streamed)
+    """Client deadlines and caps."""
+
+    peek_timeout_s: Annotated[float, doc("the whole ClientHello must arrive within this (else a FIN)")] = 10
+    peek_max_bytes: Annotated[
+        int,
+        doc(
+            "largest ClientHello peeked, in wire bytes (517..65536): 32 KiB holds a hello in one maximal record"
+            " (16,389 bytes on the wire) and the same hello split over several records; a larger hello is"
+            " refused with illegal_parameter"
+        ),
+    ] = 32768
+    handshake_timeout_s: Annotated[float, doc("TLS handshake deadline on the L7 path")] = 10
+    header_timeout_s: Annotated[float, doc("a request head must be complete within this (slowloris)")] = 15
+    idle_timeout_s: Annotated[float, doc("an idle keep-alive client connection is closed after this")] = 60
+    max_connections_per_ip: Annotated[
+        int, doc("concurrent connections per client address, all workers together; 0 = no cap")
+    ] = 0
+    max_inflight_per_worker: Annotated[
+        int, doc("L7 requests in flight per worker; above it: 503 + Retry-After; 0 = no cap")
+    ] = 2048
+    max_request_body_bytes: Annotated[
+        int, doc("L7 request body, declared or streamed; above it: 413; 0 = no cap (bodies stream)")
+    ] = 0
 
 
 class Acme(_Section):
-    service: str = "acme"
+    """ACME HTTP-01 challenges."""
+
+    service: Annotated[str, doc("the registry service whose instances answer /.well-known/acme-challenge/*")] = "acme"
 
 
 DEFAULT_INTERNAL_CIDRS = [
@@ -68,123 +105,196 @@ DEFAULT_INTERNAL_CIDRS = [
 
 
 class Network(_Section):
-    internal_cidrs: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_INTERNAL_CIDRS))
-    internal_l4_any_source: bool = False  # listen.internal_l4 also pipes sources outside internal_cidrs
+    """The internal/external split: the source address decides L4 (internal) or L7 (external)."""
+
+    internal_cidrs: Annotated[
+        list[str], doc("sources piped raw at L4, never decrypted; everything else is terminated at L7")
+    ] = msgspec.field(default_factory=lambda: list(DEFAULT_INTERNAL_CIDRS))
+    internal_l4_any_source: Annotated[bool, doc("listen.internal_l4 also pipes sources outside internal_cidrs")] = False
 
 
 class Sources(_Section):
-    registry: Literal["file", "valkey"] = "file"
-    domains: Literal["file", "postgres"] = "file"
-    valkey_url: str = "redis://127.0.0.1:6379/0"
-    postgres_dsn: str = "postgresql://sentin8_proxy@127.0.0.1:5432/platform"
-    apps_domain: str = "apps.example.com"
-    poll_interval_s: float = 30
-    health_fresh_s: float = 30
-    health_refresh_s: float = 10  # registry re-read for heartbeats, which Captain does not announce
-    suspect_ttl_s: float = 30
-    boot_retries: int = 10
-    boot_retry_interval_s: float = 3
+    """Where routing data comes from: the instance registry and the domain table."""
+
+    registry: Annotated[
+        Literal["file", "valkey"], doc('"file" ([[instances]] below) or "valkey" (captain:svc:* hashes)')
+    ] = "file"
+    domains: Annotated[
+        Literal["file", "postgres"], doc('"file" ([[domains]] below) or "postgres" (the sys.* tables)')
+    ] = "file"
+    valkey_url: Annotated[str, doc("the registry (redis://, rediss:// or unix://; Valkey or Redis)")] = (
+        "redis://127.0.0.1:6379/0"
+    )
+    postgres_dsn: Annotated[str, doc("the domain tables (a libpq conninfo or URL; needs sql/grants.sql)")] = (
+        "postgresql://sentin8_proxy@127.0.0.1:5432/platform"
+    )
+    apps_domain: Annotated[str, doc("app instances answer <app>.<env>.<org>.<apps_domain>")] = "apps.example.com"
+    poll_interval_s: Annotated[float, doc("safety poll of both sources, beside their change events")] = 30
+    health_fresh_s: Annotated[
+        float, doc("an instance whose health_ts is older gets no new connection (judged at pick time)")
+    ] = 30
+    health_refresh_s: Annotated[
+        float, doc("registry re-read for heartbeats, which Captain does not announce (< health_fresh_s)")
+    ] = 10
+    suspect_ttl_s: Annotated[float, doc("an instance that failed a connect is tried last for this long")] = 30
+    boot_retries: Annotated[int, doc("attempts at the first load before the fleet starts with what it has")] = 10
+    boot_retry_interval_s: Annotated[float, doc("pause between those attempts")] = 3
 
 
 class Tls(_Section):
-    cert_dir: str = "/var/lib/sentin8-proxy/certs"
-    state_dir: str = "/var/lib/sentin8-proxy"
-    client_ca_file: str = ""  # verify external client certificates against it (optional; sent as X-Sentin8-Client-Cert)
-    ticket_key_rotation_s: float = 3600  # fleet-wide session-ticket keys; the previous key still decrypts
+    """Certificates and TLS state."""
+
+    cert_dir: Annotated[
+        str, doc("certificate store: <hostname>/fullchain.pem + privkey.pem, _wildcard.<domain>/... (certbot layout)")
+    ] = "/var/lib/sentin8-proxy/certs"
+    state_dir: Annotated[
+        str,
+        doc(
+            "the fleet's writable state: bootstrap certificate, pid and reload status files, runtime policy"
+            " (created if missing)"
+        ),
+    ] = "/var/lib/sentin8-proxy"
+    client_ca_file: Annotated[
+        str, doc('verify external client certificates against it (sent as X-Sentin8-Client-Cert); "" = off')
+    ] = ""
+    ticket_key_rotation_s: Annotated[
+        float, doc("fleet-wide session-ticket key period (60..604800, applied at start); the previous key decrypts")
+    ] = 3600
 
 
 class Upstream(_Section):
-    connect_timeout_s: float = 3
-    response_timeout_s: float = 60  # request fully sent -> first response byte, else 504 (not for tunnels)
-    client_cert: str = ""
-    client_key: str = ""
-    ca_file: str = ""
-    pool_max_idle_per_instance: int = 128  # per worker; like nginx's upstream keepalive 128 in bench/
+    """Connections to the backends."""
+
+    connect_timeout_s: Annotated[float, doc("connect (name lookup included) to one instance")] = 3
+    response_timeout_s: Annotated[
+        float, doc("request fully sent -> first response byte, else 504 (not for tunnels)")
+    ] = 60
+    client_cert: Annotated[str, doc("client certificate (PEM) for mTLS to bridge-mode (tls = true) backends")] = ""
+    client_key: Annotated[str, doc("its private key (PEM); set both or neither")] = ""
+    ca_file: Annotated[str, doc('verify backends against it; "" = encrypted but not authenticated')] = ""
+    pool_max_idle_per_instance: Annotated[
+        int, doc("idle keep-alive upstream connections kept per instance, per worker (like nginx's keepalive 128)")
+    ] = 128
 
 
 class WafExclusionEntry(_Section):
     """``[[policy.waf_exclusions]]``: CRS rules switched off for one host (or ``*.domain``), for false positives."""
 
-    host: str
-    rule_ids: list[int]
+    host: Annotated[str, doc('a hostname or "*.domain"', "legacy.example.com")]
+    rule_ids: Annotated[list[int], doc("the CRS rule ids switched off for it", [942100, 920420])]
 
 
 class Policy(_Section):
-    waf: bool = False
-    waf_paranoia: int = 1  # CRS paranoia level 1-4
-    waf_anomaly_threshold: int = 5  # inbound anomaly score that blocks (CRS default; one critical match)
-    waf_body_max: int = 128 * 1024  # request body buffered and inspected before anything goes upstream
-    waf_oversize: Literal["reject", "inspect_prefix"] = "reject"  # a bigger body: 413, or inspect its first part
-    waf_crs_dir: str = "/usr/share/modsecurity-crs/rules"  # a CRS 3.3.x or 4.x rules/ (default: Debian's 3.3.4)
-    waf_exclusions: list[WafExclusionEntry] = msgspec.field(default_factory=list)
-    rate_limit: bool = False
-    rate_limit_rps: float = 100
-    rate_limit_burst: float = 100
-    rate_limit_key: Literal["ip", "ip+host", "host"] = "ip"
-    max_headers: int = 100
-    max_header_bytes: int = 65536
+    """Edge policy on the L7 path (waf and rate_limit* can also change at run time: PUT /policy)."""
+
+    waf: Annotated[bool, doc("ModSecurity v3 + OWASP CRS in anomaly-scoring mode: 403 (docs/waf.md)")] = False
+    waf_paranoia: Annotated[int, doc("CRS paranoia level 1-4")] = 1
+    waf_anomaly_threshold: Annotated[
+        int, doc("inbound anomaly score that blocks (5, the CRS default: one critical match)")
+    ] = 5
+    waf_body_max: Annotated[int, doc("request body bytes buffered and inspected before anything goes upstream")] = (
+        128 * 1024
+    )
+    waf_oversize: Annotated[
+        Literal["reject", "inspect_prefix"],
+        doc('a bigger body: "reject" (413) or "inspect_prefix" (its first waf_body_max bytes, then streamed)'),
+    ] = "reject"
+    waf_crs_dir: Annotated[
+        str, doc("a CRS 3.3.x or 4.x rules/ directory (default: Debian's 3.3.4; CRS 4 is the one to run)")
+    ] = "/usr/share/modsecurity-crs/rules"
+    waf_exclusions: Annotated[
+        list[WafExclusionEntry], doc("[[policy.waf_exclusions]] host + rule_ids: CRS rules off for one host")
+    ] = msgspec.field(default_factory=list)
+    rate_limit: Annotated[bool, doc("429 from token buckets shared by every worker in shared memory")] = False
+    rate_limit_rps: Annotated[float, doc("tokens per second per key, for the whole fleet")] = 100
+    rate_limit_burst: Annotated[float, doc("bucket size: requests admitted at once after idle time")] = 100
+    rate_limit_key: Annotated[
+        Literal["ip", "ip+host", "host"], doc('"ip", "ip+host" or "host" (per domain, whoever asks)')
+    ] = "ip"
+    max_headers: Annotated[int, doc("more header lines than this (Host included): 431")] = 100
+    max_header_bytes: Annotated[int, doc("a request head larger than this: 431")] = 65536
 
 
 class Breaker(_Section):
     """Per-instance circuit breaker (rsx-gateway's Closed -> Open -> HalfOpen), shared by every worker."""
 
-    enabled: bool = True
-    failures: int = 5  # consecutive failures that open it
-    failure_ratio: float = 0.5  # or this share of failures ...
-    min_requests: int = 20  # ... over at least this many results in one window
-    window_s: float = 10
-    open_s: float = 10  # then one probe request (HalfOpen)
-    probe_timeout_s: float = 10  # a probe that never reports frees the next one after this
+    enabled: Annotated[bool, doc("breakers on")] = True
+    failures: Annotated[int, doc("consecutive failures that open it ...")] = 5
+    failure_ratio: Annotated[float, doc("... or this share of failures ...")] = 0.5
+    min_requests: Annotated[int, doc("... over at least this many results in one window")] = 20
+    window_s: Annotated[float, doc("the window of failure_ratio")] = 10
+    open_s: Annotated[float, doc("open this long, then one probe request (HalfOpen)")] = 10
+    probe_timeout_s: Annotated[float, doc("a probe that never reports frees the next one after this")] = 10
 
 
 class Mgmt(_Section):
-    jwt_secret_env: str = "SENTIN8_MGMT_JWT_SECRET"
-    jwt_audience: str = "sentin8-proxy"
-    jwt_issuer: str = "sentin8-auth"
+    """The management API's tokens (used whenever listen.mgmt is not "")."""
+
+    jwt_secret_env: Annotated[
+        str, doc("the environment variable holding the HS256 secret (>= 32 bytes), never the secret itself")
+    ] = "SENTIN8_MGMT_JWT_SECRET"
+    jwt_audience: Annotated[str, doc("required aud claim")] = "sentin8-proxy"
+    jwt_issuer: Annotated[str, doc("required iss claim")] = "sentin8-auth"
 
 
 class Metrics(_Section):
-    channel: str = "stat:metrics"
-    interval_s: float = 10
-    valkey_url: str = ""  # publish here; empty = sources.valkey_url when sources.registry = "valkey", else off
+    """The stat:metrics document the resolver publishes (Prometheus needs no key: GET /metrics)."""
+
+    channel: Annotated[str, doc("the PUBLISH channel")] = "stat:metrics"
+    interval_s: Annotated[float, doc("one document (deltas since the previous one) this often")] = 10
+    valkey_url: Annotated[
+        str, doc('publish here; "" = sources.valkey_url when sources.registry = "valkey", else off')
+    ] = ""
 
 
 class Http2(_Section):
     """HTTP/2 for external clients (ALPN ``h2``, preferred when offered); off = HTTP/1.1 only, as before."""
 
-    enabled: bool = False  # docs/http2.md: on by default once the attack and drain tests are all in
+    enabled: Annotated[
+        bool, doc("serve HTTP/2 to external clients that offer it (docs/http2.md); false = HTTP/1.1 only")
+    ] = False
 
 
 class Log(_Section):
-    access: bool = False  # one JSON line per L7 request on stderr (never path, query, header values or body)
+    """Logs (JSON lines on stderr)."""
+
+    access: Annotated[
+        bool, doc("one JSON line per L7 request on stderr (never path, query, header values or body)")
+    ] = False
 
 
 class SharedMemory(_Section):
     """Fixed sizes of the shared-memory regions, chosen at start (a reload cannot resize them)."""
 
-    snapshot_bytes: int = 32 * 1024 * 1024  # per buffer; there are two
-    suspect_slots: int = 4096
-    ratelimit_slots: int = 65536
-    conncap_slots: int = 16384  # per-client-IP connection counters (a sketch: keep well above concurrent clients)
-    breaker_slots: int = 4096
-    metrics_services: int = 256  # services counted by name; beyond it they are counted under "_other"
+    snapshot_bytes: Annotated[int, doc("routing snapshot buffer size (>= 4096); there are two")] = 32 * 1024 * 1024
+    suspect_slots: Annotated[int, doc("suspect-instance marks (a power of two >= 64)")] = 4096
+    ratelimit_slots: Annotated[int, doc("rate-limit buckets (a power of two >= 512)")] = 65536
+    conncap_slots: Annotated[
+        int, doc("per-client-IP connection counters, a sketch: keep well above concurrent clients (power of two)")
+    ] = 16384
+    breaker_slots: Annotated[int, doc("circuit breakers, one per instance (a power of two >= 64)")] = 4096
+    metrics_services: Annotated[int, doc('services counted by name (2..65536); beyond it they count as "_other"')] = 256
 
 
 class InstanceEntry(_Section):
-    service: str
-    id: str
-    host: str
-    port: int
-    state: str = "Active"
-    tls: bool = False
+    """``[[instances]]``: the file registry (sources.registry = "file")."""
+
+    service: Annotated[str, doc("the service the instance belongs to", "web")]
+    id: Annotated[str, doc("unique instance id", "web-1")]
+    host: Annotated[str, doc("its IP address", "127.0.0.1")]
+    port: Annotated[int, doc("its port", 9001)]
+    state: Annotated[str, doc('only "Active" instances get traffic')] = "Active"
+    tls: Annotated[bool, doc("L7: bridge over TLS (true) or plain TCP offload (false)")] = False
 
 
 class DomainEntry(_Section):
-    hostname: str
-    service: str
-    env_id: str = ""
-    app_id: str = ""
-    org_id: str = ""
+    """``[[domains]]``: the file domain table (sources.domains = "file"); "*.example.com" wildcards allowed."""
+
+    hostname: Annotated[str, doc("the name clients send as SNI", "shop.apps.example.com")]
+    service: Annotated[str, doc("the service that answers it", "web")]
+    env_id: Annotated[str, doc("sent upstream as X-Sentin8-Env-Id")] = ""
+    app_id: Annotated[str, doc("sent upstream as X-Sentin8-App-Id")] = ""
+    org_id: Annotated[str, doc("the owning org")] = ""
 
 
 class Config(_Section):

@@ -25,7 +25,8 @@ FILE_NAME = "runtime-policy.json"
 def _literal_values(struct: type, name: str) -> tuple[str, ...]:
     """The values a config Literal field accepts: the overlay follows the config file's own type."""
     field = next(f for f in msgspec.inspect.type_info(struct).fields if f.name == name)
-    return tuple(field.type.values)
+    kind = field.type.type if isinstance(field.type, msgspec.inspect.Metadata) else field.type  # doc(...) wraps it
+    return tuple(kind.values)
 
 
 RATE_KEYS = _literal_values(Policy, "rate_limit_key")

@@ -1,5 +1,5 @@
-"""``sentin8-proxy``: run | check-config | reload | demo | probe, ``--version``, and the management commands
-(``supervisor.mgmt_cli``)."""
+"""``sentin8-proxy``: run | check-config [--print-defaults] | reload | demo | probe, ``--version``, and the
+management commands (``supervisor.mgmt_cli``)."""
 
 from __future__ import annotations
 
@@ -55,10 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument(
         "--beside-running-fleet",
         action="store_true",
-        help="upgrade step: share the listen ports with the fleet already on them (see README, Upgrades)",
+        help="upgrade step: share the listen ports with the fleet already on them (see docs/upgrades.md)",
     )
     p_check = sub.add_parser("check-config", help="validate FILE and print the effective config")
-    p_check.add_argument("file", metavar="FILE")
+    p_check.add_argument("file", metavar="FILE", nargs="?")
+    p_check.add_argument(
+        "--print-defaults",
+        action="store_true",
+        help="print the annotated example configuration (every key at its default) and exit",
+    )
     p_reload = sub.add_parser("reload", help="SIGHUP the running fleet; with --wait, report how it ended")
     p_reload.add_argument(
         "--config", required=True, metavar="FILE", help="the fleet's config (finds its supervisor without --pid)"
@@ -79,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         return mgmt_cli.run(args)
 
     if args.command == "check-config":
+        if args.print_defaults:
+            from sentin8 import data
+
+            sys.stdout.write(data.read_text(data.EXAMPLE_CONFIG))
+            return 0
+        if args.file is None:
+            p_check.error("FILE is required (or --print-defaults)")
         cfg = _load(args.file)
         print(json.dumps(to_toml_dict(cfg), indent=2))
         return 0

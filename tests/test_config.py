@@ -19,7 +19,7 @@ def test_defaults_match_the_design():
     assert cfg.policy.max_headers == 100 and cfg.policy.max_header_bytes == 65536
     assert cfg.sources.poll_interval_s == 30 and cfg.sources.suspect_ttl_s == 30
     assert "10.0.0.0/8" in cfg.network.internal_cidrs
-    assert cfg.limits.max_request_body_bytes == 0  # no cap: bodies stream (README, "Request bodies")
+    assert cfg.limits.max_request_body_bytes == 0  # no cap: bodies stream (docs/traffic.md, "Request bodies")
     assert cfg.http2.enabled is False  # docs/http2.md: HTTP/1.1 only until it is turned on
     assert load_bytes(b"[http2]\nenabled = true\n").http2.enabled is True
 
@@ -98,14 +98,6 @@ def test_cli_run_with_bad_config_exits_2_before_binding(tmp_path):
 
     with socket.socket() as s:  # nothing bound the port
         s.bind(("127.0.0.1", port))
-
-
-def test_the_readme_config_reference_is_a_valid_config():
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("## Configuration") :]
-    block = section[section.index("```toml") + len("```toml") : section.index("```", section.index("```toml") + 7)]
-    cfg = load_bytes(block.encode())
-    assert cfg.instances[0].id == "web-1" and cfg.domains[0].hostname == "shop.apps.example.com"
 
 
 def test_a_port_held_by_another_program_is_one_clear_line_and_exit_2(tmp_path):

@@ -1,7 +1,7 @@
 """The optional mypyc build: the modules that run are the ones ``sentin8.native`` says, never a stale build.
 
 The suite runs against whichever build is in place: pure Python by default, the compiled extensions after
-``./dev compile`` (README, "Compiled modules"). These tests pin that every listed module is loaded the one way
+``./dev compile`` (docs/compiled.md). These tests pin that every listed module is loaded the one way
 or every one the other, that a build made from other sources (or ``SENTIN8_MYPYC=0``) runs the ``.py`` files,
 and that the compiled modules take the argument types their callers pass.
 """

@@ -213,6 +213,7 @@ def test_the_unit_serves_reloads_and_drains_under_systemd(
     (checkout / "dist").mkdir(parents=True)
     shutil.copytree(debian_tree.REPO / "systemd", checkout / "systemd")
     shutil.copy(debian_tree.REPO / "README.md", checkout)
+    shutil.copytree(debian_tree.REPO / "docs", checkout / "docs")
     wheel = debian_tree.build_wheel(wheels, tmp_path / "wheel", log)
     shutil.copy(wheel, checkout / "dist")
     mgmt_port = free_port()

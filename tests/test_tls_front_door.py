@@ -149,7 +149,7 @@ def test_grease_ech_is_never_refused(front):
 
 
 def test_empty_ech_is_refused_with_illegal_parameter(front):
-    """OpenSSL 4.0's answer (3.5 ignored the extension it did not know): kept, and said in the README."""
+    """OpenSSL 4.0's answer (3.5 ignored the extension it did not know): kept, and said in docs/traffic.md."""
     shares = KeyShares()
     hello = pq_hello(SNI, shares)
     hello.extensions.append((EXT_ECH, b""))

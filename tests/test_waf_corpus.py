@@ -1,6 +1,6 @@
 """The repo's own WAF corpus (``tests/waf_corpus.py``) replayed against both CRS releases, sans-IO: CRS 4.28
 detects at least as many attacks as Debian's 3.3.4 and wrongly blocks no more benign requests, overall and per
-attack family. Run with ``-s`` for the table (the figures in README.md's WAF paragraph come from it).
+attack family. Run with ``-s`` for the table (the figures in docs/waf.md come from it).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.crs_dirs import CRS_V3_RULES, CRS_V4_RULES, needs_v4
 
 pytestmark = needs_v4
 
-# Floors a little under what was measured (README): they catch a rule set that loads but detects nothing, where
+# Floors a little under what was measured (docs/waf.md): they catch a rule set that loads but detects nothing, where
 # "4 >= 3.3" alone would hold at 0 = 0. Measured here: 3.3.4 85.4 % / 92.9 %, 4.28.0 92.7 % / 95.6 %.
 FLOORS = {"3.3": (0.80, 0.90), "4": (0.90, 0.95)}  # (detection, benign pass)
 

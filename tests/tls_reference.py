@@ -12,7 +12,7 @@ its L4 path, so only the peek's own answers compare there: run it from an extern
 ``ip netns exec``, for the L7 path). The tests do both over real sockets (``tests/test_tls_front_door.py``),
 with the live reference when it is there and the recorded answers always.
 
-Where the proxy answers differently on purpose, the case says so (``proxy``) and why (``why``); README, "One
+Where the proxy answers differently on purpose, the case says so (``proxy``) and why (``why``); docs/traffic.md, "One
 connection on :443", step 2 lists the same differences.
 """
 

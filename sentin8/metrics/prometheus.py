@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
 
 import psutil
 from prometheus_client.core import (
@@ -28,6 +30,84 @@ from ..shm import counters as c
 from ..shm.snapshot import SnapshotCache
 from ..shm.state import SharedState
 from .scales import LATENCY_BOUNDS_S, LATENCY_BUCKETS, STATUS_LABELS
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family ``/metrics`` exposes: declared here once, so the collector builds it from this row and
+    the metrics reference (docs/metrics.md, ``python -m sentin8.docgen``) lists exactly what is exposed."""
+
+    name: str  # counters are exposed with the ``_total`` suffix prometheus_client adds
+    kind: Literal["counter", "gauge", "histogram"]
+    help: str
+    labels: tuple[str, ...] = ()
+
+    def exposed(self) -> str:
+        return f"{self.name}_total" if self.kind == "counter" else self.name
+
+    def make(self, **value: float) -> Metric:
+        cls = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily, "histogram": HistogramMetricFamily}
+        if self.labels:
+            return cls[self.kind](self.name, self.help, labels=list(self.labels))
+        return cls[self.kind](self.name, self.help, **value)
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("sentin8_requests", "counter", "L7 requests answered, by service and status code", ("service", "status")),
+    Family(
+        "sentin8_request_duration_seconds",
+        "histogram",
+        "L7 request start to last response byte, by service",
+        ("service",),
+    ),
+    Family(
+        "sentin8_upstream_connections",
+        "counter",
+        "Upstream connections used for L7 requests: warm (pooled), cold (new), stale_retry (pooled one found closed,"
+        " retried)",
+        ("service", "kind"),
+    ),
+    Family("sentin8_l4_connections", "counter", "Internal connections piped at L4", ("service",)),
+    Family(
+        "sentin8_l4_bytes",
+        "counter",
+        "Bytes piped at L4, counted as each pipe closes: in = client to backend, out = backend to client",
+        ("service", "direction"),
+    ),
+    Family("sentin8_connections", "counter", "Accepted connections by source side", ("side",)),
+    Family("sentin8_handshake_errors", "counter", "Failed client TLS handshakes by reason", ("reason",)),
+    Family("sentin8_policy_blocks", "counter", "Requests and connections refused by policy, by kind", ("kind",)),
+    Family(
+        "sentin8_events",
+        "counter",
+        "Every fleet-wide data-plane counter by name (peek, accept, errors, ...)",
+        ("name",),
+    ),
+    Family("sentin8_active_connections", "gauge", "L7 requests in flight (the drain signal)"),
+    Family("sentin8_l4_active", "gauge", "L4 pipes open"),
+    Family("sentin8_open_connections", "gauge", "Connections held by workers, any stage"),
+    Family("sentin8_snapshot_age_seconds", "gauge", "Age of the routing data the workers serve (NaN before the first)"),
+    Family("sentin8_snapshot_stale", "gauge", "1 while a source is failing and the last good table is served"),
+    Family(
+        "sentin8_services_indexed",
+        "gauge",
+        "Service names in the shared metrics table (bounded by shm.metrics_services)",
+    ),
+    Family("sentin8_metrics_documents", "counter", "stat:metrics documents published"),
+    Family("sentin8_metrics_publish_failures", "counter", "stat:metrics documents skipped (Valkey unreachable)"),
+    Family("sentin8_worker_rss_bytes", "gauge", "Resident memory of each worker process", ("worker",)),
+    Family(
+        "sentin8_certificate_expiry_seconds",
+        "gauge",
+        "Seconds until the certificate's notAfter, per served certificate",
+        ("hostname", "source"),
+    ),
+)
+_FAMILY = {f.name: f for f in FAMILIES}
+
+
+def _new(name: str, **value: float) -> Metric:
+    return _FAMILY[name].make(**value)
 
 
 def _le(bound: float) -> str:
@@ -52,26 +132,11 @@ class SharedCountersCollector(Collector):
         words = self.reader.read(len(names))
         total = {name: words[i] for i, name in enumerate(c.NAMES)}
 
-        requests = CounterMetricFamily(
-            "sentin8_requests", "L7 requests answered, by service and status code", labels=["service", "status"]
-        )
-        duration = HistogramMetricFamily(
-            "sentin8_request_duration_seconds",
-            "L7 request start to last response byte, by service",
-            labels=["service"],
-        )
-        upstream = CounterMetricFamily(
-            "sentin8_upstream_connections",
-            "Upstream connections used for L7 requests: warm (pooled), cold (new), stale_retry (pooled one "
-            "found closed, retried)",
-            labels=["service", "kind"],
-        )
-        l4 = CounterMetricFamily("sentin8_l4_connections", "Internal connections piped at L4", labels=["service"])
-        l4_bytes = CounterMetricFamily(
-            "sentin8_l4_bytes",
-            "Bytes piped at L4, counted as each pipe closes: in = client to backend, out = backend to client",
-            labels=["service", "direction"],
-        )
+        requests = _new("sentin8_requests")
+        duration = _new("sentin8_request_duration_seconds")
+        upstream = _new("sentin8_upstream_connections")
+        l4 = _new("sentin8_l4_connections")
+        l4_bytes = _new("sentin8_l4_bytes")
         for sidx, service in enumerate(names):
             row = c.MAX_COUNTERS + sidx * c.SERVICE_WORDS
             for slot, label in enumerate(STATUS_LABELS):
@@ -98,39 +163,27 @@ class SharedCountersCollector(Collector):
                     l4_bytes.add_metric([service, direction], n)
         yield from (requests, duration, upstream, l4, l4_bytes)
 
-        connections = CounterMetricFamily("sentin8_connections", "Accepted connections by source side", labels=["side"])
+        connections = _new("sentin8_connections")
         for side in ("external", "internal"):
             connections.add_metric([side], total[f"traffic_{side}_connections"])
         yield connections
-        handshake = CounterMetricFamily(
-            "sentin8_handshake_errors", "Failed client TLS handshakes by reason", labels=["reason"]
-        )
+        handshake = _new("sentin8_handshake_errors")
         for reason, i in c.HANDSHAKE_REASONS.items():
             handshake.add_metric([reason], words[i])
         yield handshake
-        policy = CounterMetricFamily(
-            "sentin8_policy_blocks", "Requests and connections refused by policy, by kind", labels=["kind"]
-        )
+        policy = _new("sentin8_policy_blocks")
         for kind, i in c.POLICY_KINDS.items():
             policy.add_metric([kind], words[i])
         yield policy
-        events = CounterMetricFamily(
-            "sentin8_events",
-            "Every fleet-wide data-plane counter by name (peek, accept, errors, ...)",
-            labels=["name"],
-        )
+        events = _new("sentin8_events")
         for name, value in total.items():
             if name not in c.GAUGES:
                 events.add_metric([name], value)
         yield events
 
-        yield GaugeMetricFamily(
-            "sentin8_active_connections", "L7 requests in flight (the drain signal)", value=total["active_connections"]
-        )
-        yield GaugeMetricFamily("sentin8_l4_active", "L4 pipes open", value=total["l4_active"])
-        yield GaugeMetricFamily(
-            "sentin8_open_connections", "Connections held by workers, any stage", value=total["open_connections"]
-        )
+        yield _new("sentin8_active_connections", value=total["active_connections"])
+        yield _new("sentin8_l4_active", value=total["l4_active"])
+        yield _new("sentin8_open_connections", value=total["open_connections"])
         yield from self._snapshot()
         yield from self._publisher()
         yield self._rss()
@@ -139,11 +192,7 @@ class SharedCountersCollector(Collector):
     def _certificates(self) -> Metric:
         """Seconds until each servable certificate expires (negative once expired): the store's own reading
         (stat-revalidated, read only: this never generates a bootstrap certificate)."""
-        expiry = GaugeMetricFamily(
-            "sentin8_certificate_expiry_seconds",
-            "Seconds until the certificate's notAfter, per served certificate",
-            labels=["hostname", "source"],
-        )
+        expiry = _new("sentin8_certificate_expiry_seconds")
         if self._certs is None:
             self._certs = CertStore(*self.tls_dirs)
         now = time.time()
@@ -155,36 +204,18 @@ class SharedCountersCollector(Collector):
         table = self.routes.current()
         built_at = table.built_at if table is not None and table.built_at else 0.0
         age = max(0.0, time.time() - built_at) if built_at else float("nan")
-        yield GaugeMetricFamily(
-            "sentin8_snapshot_age_seconds",
-            "Age of the routing data the workers serve (NaN before the first)",
-            value=age,
-        )
-        yield GaugeMetricFamily(
-            "sentin8_snapshot_stale",
-            "1 while a source is failing and the last good table is served",
-            value=1.0 if table is not None and table.stale else 0.0,
-        )
-        yield GaugeMetricFamily(
-            "sentin8_services_indexed",
-            "Service names in the shared metrics table (bounded by shm.metrics_services)",
-            value=self.names.count(),
-        )
+        yield _new("sentin8_snapshot_age_seconds", value=age)
+        yield _new("sentin8_snapshot_stale", value=1.0 if table is not None and table.stale else 0.0)
+        yield _new("sentin8_services_indexed", value=self.names.count())
 
     def _publisher(self) -> Iterator[Metric]:
-        yield CounterMetricFamily(
-            "sentin8_metrics_documents", "stat:metrics documents published", value=self.reader.header(c.H_PUBLISHED)
-        )
-        yield CounterMetricFamily(
-            "sentin8_metrics_publish_failures",
-            "stat:metrics documents skipped (Valkey unreachable)",
-            value=self.reader.header(c.H_PUBLISH_FAILED),
-        )
+        yield _new("sentin8_metrics_documents", value=self.reader.header(c.H_PUBLISHED))
+        yield _new("sentin8_metrics_publish_failures", value=self.reader.header(c.H_PUBLISH_FAILED))
 
     def _rss(self) -> Metric:
         """One series per worker index, stable across respawns and reloads (a ``pid`` label would start a new
         series each time): while a reload drains the old process beside its replacement, both count."""
-        rss = GaugeMetricFamily("sentin8_worker_rss_bytes", "Resident memory of each worker process", labels=["worker"])
+        rss = _new("sentin8_worker_rss_bytes")
         by_worker: dict[int, int] = {}
         for worker, pid in self.reader.writers():
             try:

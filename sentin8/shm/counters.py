@@ -41,26 +41,26 @@ if TYPE_CHECKING:
 
 NAMES: tuple[str, ...] = (
     # accept / peek / classify
-    "accepted",
-    "accept_errors",
-    "connections_l4",
-    "connections_l7",
-    "connections_http",
-    "peek_timeout",
-    "peek_garbage",
-    "peek_oversize",
-    "peek_eof",
-    "no_sni",
-    "unknown_sni",
-    "no_backend",
-    "backend_connect_errors",
-    "all_suspect_fallback",
-    "l4_bytes_in",
-    "l4_bytes_out",
+    "accepted",  # connections accepted on any listener
+    "accept_errors",  # accept() failures (out of descriptors: the listener pauses 100 ms)
+    "connections_l4",  # connections piped raw to a backend (internal source, or listen.internal_l4)
+    "connections_l7",  # connections terminated with PQ TLS for the L7 bridge (external source)
+    "connections_http",  # connections on listen.http (:80, ACME challenges only)
+    "peek_timeout",  # no complete ClientHello within limits.peek_timeout_s: FIN
+    "peek_garbage",  # first bytes are not TLS, or the hello is malformed: closed (with the reference's alert)
+    "peek_oversize",  # a ClientHello over limits.peek_max_bytes: illegal_parameter
+    "peek_eof",  # the peer closed before its ClientHello was complete
+    "no_sni",  # a ClientHello without server_name: closed (L4), 421 (L7)
+    "unknown_sni",  # a server name no mapping answers: closed (L4), 421 (L7)
+    "no_backend",  # a routed name whose service has no instance to pick (L4: closed)
+    "backend_connect_errors",  # failed connects to an instance (marked suspect, the next one tried), L4 and L7
+    "all_suspect_fallback",  # picks made while every instance of the service was suspect (plain round-robin)
+    "l4_bytes_in",  # bytes piped client -> backend on the L4 path
+    "l4_bytes_out",  # bytes piped backend -> client on the L4 path
     # TLS
-    "handshake_ok",
-    "handshake_errors",
-    "handshake_timeout",
+    "handshake_ok",  # completed client TLS handshakes (L7)
+    "handshake_errors",  # failed client TLS handshakes (by reason: handshake_error_*)
+    "handshake_timeout",  # handshakes over limits.handshake_timeout_s
     "tls_resumed",  # handshakes that resumed a session (a ticket from any worker of the fleet)
     "tls_alpn_refused",  # ALPN offered, nothing the edge speaks: no_application_protocol alert
     "peek_bad_version",  # record version major != 3: protocol_version alert, then close
@@ -69,50 +69,50 @@ NAMES: tuple[str, ...] = (
     "connections_internal_l4",  # accepted on listen.internal_l4 and piped raw
     "internal_l4_refused",  # listen.internal_l4 from outside network.internal_cidrs (not allowed)
     # L7
-    "requests",
-    "http_400",
-    "http_403",
-    "http_404",
-    "http_421",
-    "http_429",
-    "http_431",
-    "http_502",
-    "http_503",
-    "http_504",
-    "status_1xx",
-    "status_2xx",
-    "status_3xx",
-    "status_4xx",
-    "status_5xx",
-    "upstream_warm",
-    "upstream_cold",
-    "upstream_stale_retry",
-    "upstream_errors",
-    "upstream_timeout",
-    "slowloris_closed",
-    "idle_closed",
-    "drain_idle_closed",
-    "websocket_upgrades",
-    "acme_passthrough",
-    "policy_waf",
-    "policy_rate_limit",
-    "policy_blocked",
-    "http_405",
-    "http_408",
-    "http_413",
-    "http_414",
-    "http_501",
-    "http_505",
-    "status_other",
-    "acme_requests",
-    "backpressure_client_paused",
-    "backpressure_upstream_paused",
-    "body_timeout",
-    "bridge_errors",
-    "client_aborted",
-    "upstream_connect_failed",
-    "upstream_truncated",
-    "upstream_unavailable",
+    "requests",  # L7 requests answered
+    "http_400",  # 400 Bad Request answered (malformed request, smuggling shape, bad body)
+    "http_403",  # 403 answered (the WAF)
+    "http_404",  # 404 answered (:80 outside ACME challenges)
+    "http_421",  # 421 Misdirected Request (unknown name, Host disagrees with SNI, no SNI)
+    "http_429",  # 429 answered (rate limit)
+    "http_431",  # 431 answered (policy.max_headers, policy.max_header_bytes)
+    "http_502",  # 502 answered (backend broken or refused its response)
+    "http_503",  # 503 answered (no instance, caps, open breakers, WAF engine error)
+    "http_504",  # 504 answered (upstream.response_timeout_s)
+    "status_1xx",  # responses relayed by status class (the per-service rows have every code)
+    "status_2xx",  # ... 2xx
+    "status_3xx",  # ... 3xx
+    "status_4xx",  # ... 4xx
+    "status_5xx",  # ... 5xx
+    "upstream_warm",  # L7 requests sent on a pooled upstream connection
+    "upstream_cold",  # L7 requests that opened a new upstream connection
+    "upstream_stale_retry",  # a pooled connection found closed, the request retried once (nothing was sent)
+    "upstream_errors",  # upstream connections that broke before a complete response
+    "upstream_timeout",  # no response byte within upstream.response_timeout_s: 504
+    "slowloris_closed",  # request heads not complete within limits.header_timeout_s: closed
+    "idle_closed",  # keep-alive connections idle past limits.idle_timeout_s: closed
+    "drain_idle_closed",  # idle keep-alive connections closed by a draining worker after fleet.drain_idle_grace_s
+    "websocket_upgrades",  # WebSocket tunnels opened (101 relayed)
+    "acme_passthrough",  # not counted at present (its index is kept)
+    "policy_waf",  # requests the WAF refused (403, or 400 for a body that claims a format and does not parse)
+    "policy_rate_limit",  # requests over the rate limit (429)
+    "policy_blocked",  # every policy block, all kinds (the sum of policy_block_*)
+    "http_405",  # 405 answered (CONNECT is not served)
+    "http_408",  # 408 Request Timeout answered
+    "http_413",  # 413 answered (limits.max_request_body_bytes, policy.waf_body_max)
+    "http_414",  # 414 answered (request target over the header caps)
+    "http_501",  # 501 Not Implemented answered
+    "http_505",  # 505 HTTP Version Not Supported answered
+    "status_other",  # responses relayed whose status fits no class
+    "acme_requests",  # ACME HTTP-01 challenges passed to acme.service
+    "backpressure_client_paused",  # times reading the client paused because the backend could not take more
+    "backpressure_upstream_paused",  # times reading the backend paused because the client could not take more
+    "body_timeout",  # request bodies with no byte for limits.idle_timeout_s
+    "bridge_errors",  # unexpected errors in an L7 callback: that connection aborted, the worker unharmed (a bug)
+    "client_aborted",  # clients that went away before their response was complete
+    "upstream_connect_failed",  # not counted at present (backend_connect_errors has it; the index is kept)
+    "upstream_truncated",  # responses cut short by the backend (closed before their declared end)
+    "upstream_unavailable",  # L7 requests for a service with no instance to pick: 503
     "websocket_bad_accept",  # a 101 without the Sec-WebSocket-Accept the client's key demands: 502
     # the HTTP edge (issue 16)
     "websocket_bad_upgrade",  # a 101 whose Upgrade is not exactly websocket, or without Connection: upgrade: 502
@@ -124,72 +124,72 @@ NAMES: tuple[str, ...] = (
     "body_too_large",  # 413: a request body over limits.max_request_body_bytes (declared or streamed)
     "chunk_size_invalid",  # 400: a chunk size over 2^63 - 1
     # WAF (issue 12): inspections, refusals, and matched CRS rules by family (sentin8.crs.FAMILIES)
-    "waf_inspected",
-    "waf_offloaded",
-    "waf_errors",
-    "waf_body_too_large",
-    "waf_log_suppressed",
+    "waf_inspected",  # requests the WAF inspected
+    "waf_offloaded",  # inspections over 4 KiB run on the WAF's thread pool instead of the loop
+    "waf_errors",  # WAF engine failures (a rule set that did not load): 503, fail closed
+    "waf_body_too_large",  # bodies over policy.waf_body_max with waf_oversize = reject: 413
+    "waf_log_suppressed",  # waf_block log lines dropped over the per-second log budget (still counted)
     "waf_engine_builds",  # rule sets loaded off the loop after a runtime change
-    "waf_rule_method",
-    "waf_rule_scanner",
-    "waf_rule_protocol",
-    "waf_rule_protocol_attack",
-    "waf_rule_multipart",
-    "waf_rule_lfi",
-    "waf_rule_rfi",
-    "waf_rule_rce",
-    "waf_rule_php",
+    "waf_rule_method",  # matched CRS rules of family method (911)
+    "waf_rule_scanner",  # ... scanner detection (913)
+    "waf_rule_protocol",  # ... protocol enforcement (920)
+    "waf_rule_protocol_attack",  # ... protocol attack (921)
+    "waf_rule_multipart",  # ... multipart attack (922, CRS 4)
+    "waf_rule_lfi",  # ... local file inclusion (930)
+    "waf_rule_rfi",  # ... remote file inclusion (931)
+    "waf_rule_rce",  # ... remote code execution (932)
+    "waf_rule_php",  # ... PHP injection (933)
     "waf_rule_nodejs",  # CRS 3.3's 934 (NODEJS)
     "waf_rule_generic",  # CRS 4's 934 (GENERIC: Node.js, SSRF, prototype pollution, template injection...)
-    "waf_rule_xss",
-    "waf_rule_sqli",
-    "waf_rule_session_fixation",
-    "waf_rule_java",
-    "waf_rule_body_parse",
+    "waf_rule_xss",  # ... cross-site scripting (941)
+    "waf_rule_sqli",  # ... SQL injection (942)
+    "waf_rule_session_fixation",  # ... session fixation (943)
+    "waf_rule_java",  # ... Java attacks (944)
+    "waf_rule_body_parse",  # a body that claims a format (form, JSON, XML, multipart) and does not parse
     "waf_rule_oversize",  # a value too long (or too costly) to inspect: sentin8.waf VALUE_MAX, RUN_MAX
     # caps and fail-fast (issue 12): every refusal by kind, and the breakers' transitions
-    "refused_conn_cap_l7",
-    "refused_conn_cap_l4",
-    "refused_inflight",
-    "refused_breaker_open",
-    "breaker_skipped",
-    "breaker_opened",
-    "breaker_closed",
+    "refused_conn_cap_l7",  # external connections over limits.max_connections_per_ip: 503 + close
+    "refused_conn_cap_l4",  # internal connections over limits.max_connections_per_ip: closed
+    "refused_inflight",  # requests over limits.max_inflight_per_worker: 503 + Retry-After
+    "refused_breaker_open",  # requests (L4: connections) for a service whose breakers are all open: 503 (closed)
+    "breaker_skipped",  # instances passed over because their breaker was open
+    "breaker_opened",  # breakers opened (breaker_open event)
+    "breaker_closed",  # breakers closed by a successful probe (breaker_closed event)
     "unknown_counter",  # a name missing from this table: counted here rather than crash a connection
     "gauge_underflow",  # a gauge decremented below zero: a release without its acquire (a bug; tests assert 0)
     # traffic by source side (network.internal_cidrs): connections and L7 requests
-    "traffic_external_connections",
-    "traffic_internal_connections",
-    "traffic_external_requests",
-    "traffic_internal_requests",
+    "traffic_external_connections",  # connections from outside network.internal_cidrs
+    "traffic_internal_connections",  # connections from network.internal_cidrs
+    "traffic_external_requests",  # L7 requests from external clients
+    "traffic_internal_requests",  # L7 requests from internal clients
     # client TLS handshake failures by reason (WorkerCounters.handshake_error; sentin8.metrics.scales)
-    "handshake_error_classical_only",
-    "handshake_error_timeout",
-    "handshake_error_protocol_version",
-    "handshake_error_eof",
-    "handshake_error_alpn",
-    "handshake_error_protocol_error",
+    "handshake_error_classical_only",  # the client offered no X25519MLKEM768 or no ML-DSA-65 (classical only)
+    "handshake_error_timeout",  # over limits.handshake_timeout_s
+    "handshake_error_protocol_version",  # not TLS 1.3
+    "handshake_error_eof",  # the client closed mid-handshake
+    "handshake_error_alpn",  # ALPN offered, nothing the edge speaks
+    "handshake_error_protocol_error",  # any other handshake failure
     # refusals by policy, by kind (sentin8.refusals: the rule, and the refusals of each kind); their sum is
     # policy_blocked. Add a kind by adding a name here and a Refusal there.
-    "policy_block_rate_limit",
-    "policy_block_waf",
-    "policy_block_header_caps",
+    "policy_block_rate_limit",  # 429
+    "policy_block_waf",  # the WAF's 403, 400 and 413
+    "policy_block_header_caps",  # 431 and 414
     "policy_block_body_cap",  # over limits.max_request_body_bytes: 413
     "policy_block_conn_cap",  # over the per-client connection cap (limits)
     "policy_block_inflight_cap",  # over the worker's in-flight request cap: 503
     "policy_block_internal_l4_source",  # listen.internal_l4 from outside network.internal_cidrs
-    "policy_block_other",
+    "policy_block_other",  # a policy verdict of no other kind
     # gauges
-    "l4_active",
+    "l4_active",  # L4 pipes open
     "active_connections",  # L7 requests in flight: the drain signal
     "open_connections",
     # issue 17: L7 connections by client protocol (ALPN), and the h2 shell's refusals by reason
-    "l7_connections_h1",
-    "l7_connections_h2",
-    "h2_streams",
+    "l7_connections_h1",  # external connections that speak HTTP/1.1 (no ALPN, or http/1.1 chosen)
+    "l7_connections_h2",  # external connections that chose h2 by ALPN
+    "h2_streams",  # HTTP/2 streams opened by clients
     "h2_stream_errors",  # a malformed request: RST_STREAM PROTOCOL_ERROR, never forwarded
-    "h2_goaway_sent",
-    "h2_drain_goaway",
+    "h2_goaway_sent",  # GOAWAY frames sent (refusals, budgets, the final one of a drain)
+    "h2_drain_goaway",  # the first GOAWAY of a two-step drain (last-stream-id 2^31-1, then a PING)
     *_H2_ENGINE_REASONS,  # the engine's refusals (sentin8/http/h2_events.py)
     *_H2_BUDGET_REASONS,  # the budgets' (h2_budget.py)
     *_H2_REQUEST_REASONS,  # malformed requests (h2_request.py)
