@@ -192,5 +192,3 @@ def write_pair(directory: str | os.PathLike[str], chain: Sequence[x509.Certifica
             os.fsync(dfd)
         finally:
             os.close(dfd)
-
-

@@ -28,6 +28,10 @@ class Listen(_Section):
     http: str = "0.0.0.0:80"
     mgmt: str = "127.0.0.1:9180"
     internal_l4: str = ""  # guaranteed-L4 listener: every connection SNI-routed and piped raw; "" = off
+    # L4 balancers whose connections start with a PROXY v2 header (docs/proxy-protocol.md): from these
+    # sources listen.https and listen.internal_l4 require one, and its address is the client's for every
+    # decision; from any other source a PROXY header is refused. Empty = no PROXY protocol accepted.
+    proxy_protocol_from: list[str] = msgspec.field(default_factory=list)
 
 
 class Fleet(_Section):
@@ -171,6 +175,7 @@ class InstanceEntry(_Section):
     port: int
     state: str = "Active"
     tls: bool = False
+    proxy_protocol: Literal["", "v2"] = ""  # "v2": an L4 pipe to it starts with a PROXY v2 header
 
 
 class DomainEntry(_Section):
@@ -237,11 +242,15 @@ def _check(cfg: Config) -> None:
     ):
         if value:
             parse_hostport(value, key)
-    for i, cidr in enumerate(cfg.network.internal_cidrs):
-        try:
-            ipaddress.ip_network(cidr, strict=False)
-        except ValueError as exc:
-            raise ConfigError(f"network.internal_cidrs[{i}]: {cidr!r} is not a CIDR ({exc})") from None
+    for key, cidrs in (
+        ("network.internal_cidrs", cfg.network.internal_cidrs),
+        ("listen.proxy_protocol_from", cfg.listen.proxy_protocol_from),
+    ):
+        for i, cidr in enumerate(cidrs):
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError as exc:
+                raise ConfigError(f"{key}[{i}]: {cidr!r} is not a CIDR ({exc})") from None
     positive = {
         "fleet.drain_timeout_s": cfg.fleet.drain_timeout_s,
         "fleet.drain_idle_grace_s": cfg.fleet.drain_idle_grace_s,
