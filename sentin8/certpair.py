@@ -192,3 +192,5 @@ def write_pair(directory: str | os.PathLike[str], chain: Sequence[x509.Certifica
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+

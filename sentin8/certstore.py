@@ -40,7 +40,6 @@ _HOSTNAME_RE = re.compile(
     r"(?=.{1,253}\Z)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\Z"
 )
 
-
 @dataclass(frozen=True, slots=True)
 class CertExpiry:
     """One certificate the store can serve: ``sentin8_certificate_expiry_seconds{hostname, source}``."""

@@ -124,7 +124,9 @@ def parse(buf: bytes, limit: int = 1 << 20) -> ClientHello | Incomplete:
         end = pos + RECORD_HEADER + length
         if end > n:
             return _incomplete(n, limit, end - n)  # a record is judged once it is whole, as the reference does
-        if length == 0 and (ctype == CONTENT_HANDSHAKE or (ctype == CONTENT_CHANGE_CIPHER_SPEC and len(msg) < 4)):
+        if length == 0 and (
+            ctype == CONTENT_HANDSHAKE or (ctype == CONTENT_CHANGE_CIPHER_SPEC and len(msg) < 4)
+        ):
             empty += 1
             if empty > MAX_EMPTY_RECORDS:
                 raise ClientHelloError("too many empty records", ALERT_UNEXPECTED_MESSAGE)

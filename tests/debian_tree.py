@@ -132,7 +132,7 @@ def overlay_argv(lower: Path, scratch: Path, argv: list[str], setup: str = "") -
     script = (
         'set -e; r="$1"; shift; '
         f'mount -t overlay overlay -o "lowerdir={lower},upperdir={scratch}/upper,workdir={scratch}/work" "$r"; '
-        f'{setup + "; " if setup else ""}exec "$@"'
+        f"{setup + '; ' if setup else ''}exec \"$@\""
     )
     args = [a.replace("{root}", str(root)) for a in argv]
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(root), *args]
@@ -164,20 +164,10 @@ def ensure_wheelhouse(tree: Path, log: IO[str], scratch: Path) -> Path:
     venv = ["chroot", "{root}", "python3", "-m", "venv", "/tmp/pip"]
     wheel = ["chroot", "{root}", "/tmp/pip/bin/pip", "wheel", "--no-cache-dir", "-q", "-w", "/wheels", *reqs]
     script = f"{' '.join(venv)} && exec {' '.join(_quote(a) for a in wheel)}"
-    env = {
-        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-        "LANG": "C.UTF-8",
-        "PIP_CERT": ca,
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "PIP_CONFIG_FILE": os.devnull,
-    }
-    _run_logged(
-        overlay_argv(tree, scratch, ["sh", "-c", script], setup),
-        log,
-        WHEELS_TIMEOUT_S,
-        "pip wheel (the pinned dependencies, from PyPI)",
-        env=env,
-    )
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "PIP_CERT": ca,
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CONFIG_FILE": os.devnull}
+    _run_logged(overlay_argv(tree, scratch, ["sh", "-c", script], setup), log, WHEELS_TIMEOUT_S,
+                "pip wheel (the pinned dependencies, from PyPI)", env=env)
     tmp.rename(house)
     return house
 
@@ -187,18 +177,8 @@ def _quote(arg: str) -> str:
 
 
 _NOT_SHIPPED = shutil.ignore_patterns(
-    ".git",
-    ".venv",
-    "__pycache__",
-    "build",
-    "dist",
-    "*.egg-info",
-    "*.so",
-    "native.stamp",
-    ".pytest_cache",
-    ".ruff_cache",
-    ".hypothesis",
-    "results",
+    ".git", ".venv", "__pycache__", "build", "dist", "*.egg-info", "*.so", "native.stamp", ".pytest_cache",
+    ".ruff_cache", ".hypothesis", "results",
 )
 
 
@@ -207,24 +187,12 @@ def build_wheel(wheelhouse: Path, out: Path, log: IO[str]) -> Path:
     with the build backend from the wheelhouse: offline."""
     src = out / "src"
     shutil.copytree(REPO, src, ignore=_NOT_SHIPPED)
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(out),
-        "PIP_CONFIG_FILE": os.devnull,
-        "PIP_NO_INDEX": "1",
-        "PIP_FIND_LINKS": str(wheelhouse),
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-    }
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(out), "PIP_CONFIG_FILE": os.devnull,
+           "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     dist = out / "dist"
     # a failure here is the project's own (its packaging), not the machine's: an AssertionError, never a skip
-    _run_logged(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)],
-        log,
-        300,
-        "pip wheel (the project)",
-        AssertionError,
-        env=env,
-    )
+    _run_logged([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)], log, 300,
+                "pip wheel (the project)", AssertionError, env=env)
     wheels = sorted(dist.glob("sentin8_proxy-*.whl"))
     if len(wheels) != 1:
         raise AssertionError(f"pip wheel made {[w.name for w in wheels]}, expected one sentin8_proxy wheel")

@@ -17,15 +17,8 @@ ALL = "proxy:backends:read proxy:mappings:read proxy:stats:read policy-admin"
 
 def claims(scope: str = ALL, **over: Any) -> dict[str, Any]:
     now = int(time.time())
-    out: dict[str, Any] = {
-        "iss": ISS,
-        "aud": AUD,
-        "sub": "tester",
-        "iat": now,
-        "exp": now + 300,
-        "jti": uuid.uuid4().hex,
-        "scope": scope,
-    }
+    out: dict[str, Any] = {"iss": ISS, "aud": AUD, "sub": "tester", "iat": now, "exp": now + 300,
+                           "jti": uuid.uuid4().hex, "scope": scope}
     for key, value in over.items():
         if value is None:
             out.pop(key, None)
@@ -38,9 +31,8 @@ def token(secret: str, scope: str = ALL, alg: str = "HS256", **over: Any) -> str
     return jwt.encode(claims(scope, **over), secret.encode(), algorithm=alg)
 
 
-def call(
-    base: str, method: str, path: str, tok: str | None = None, body: Any = None, timeout: float = 5.0
-) -> tuple[int, dict[str, str], bytes]:
+def call(base: str, method: str, path: str, tok: str | None = None, body: Any = None,
+         timeout: float = 5.0) -> tuple[int, dict[str, str], bytes]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(base + path, data=data, method=method)
     if tok is not None:

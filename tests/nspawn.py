@@ -49,11 +49,8 @@ class Container:
         # nspawn halts the container on SIGTERM: if the test process dies, no container is left holding :443
         # (setpriv, not preexec_fn: the test process has threads; the signal survives the execs to nspawn)
         self.proc = subprocess.Popen(
-            ["setpriv", "--pdeathsig", "SIGTERM", *overlay_argv(tree, scratch, argv)],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            ["setpriv", "--pdeathsig", "SIGTERM", *overlay_argv(tree, scratch, argv)], stdin=subprocess.DEVNULL,
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.pid1 = 0  # the container's PID 1 (systemd), as the host numbers it
 
@@ -92,32 +89,16 @@ class Container:
             time.sleep(0.1)
 
     def run(
-        self,
-        *argv: str,
-        check: bool = True,
-        timeout: float = 60,
-        env: dict[str, str] | None = None,
+        self, *argv: str, check: bool = True, timeout: float = 60, env: dict[str, str] | None = None,
         input: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """``argv`` inside the container (all its namespaces, its root), with a clean environment."""
-        cmd = [
-            "nsenter",
-            "-t",
-            str(self.pid1),
-            "-a",
-            "env",
-            "-i",
-            f"PATH={CONTAINER_PATH}",
-            "LANG=C.UTF-8",
-            "HOME=/root",
-            *(f"{k}={v}" for k, v in (env or {}).items()),
-            *argv,
-        ]
+        cmd = ["nsenter", "-t", str(self.pid1), "-a", "env", "-i", f"PATH={CONTAINER_PATH}", "LANG=C.UTF-8",
+               "HOME=/root", *(f"{k}={v}" for k, v in (env or {}).items()), *argv]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=input)
         if check and done.returncode != 0:
-            raise AssertionError(
-                f"in the container: {' '.join(argv)} exited {done.returncode}:\n{done.stdout}{done.stderr}"
-            )
+            raise AssertionError(f"in the container: {' '.join(argv)} exited {done.returncode}:\n"
+                                 f"{done.stdout}{done.stderr}")
         return done
 
     def sh(self, script: str, **kw) -> subprocess.CompletedProcess[str]:

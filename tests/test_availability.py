@@ -86,10 +86,7 @@ def _loaded_fleet(platform, captain, backend_factory, fleet_factory, external_ho
 
 
 def test_valkey_sigkilled_for_a_minute_under_load_costs_no_request(
-    outage_platform,
-    backend_factory,
-    fleet_factory,
-    external_host,  # noqa: F811
+    outage_platform, backend_factory, fleet_factory, external_host  # noqa: F811
 ):
     platform, captain = outage_platform
     fleet, load, web = _loaded_fleet(platform, captain, backend_factory, fleet_factory, external_host)
@@ -109,10 +106,8 @@ def test_valkey_sigkilled_for_a_minute_under_load_costs_no_request(
     finally:
         load.stop()
         web.close()
-    print(
-        f"valkey outage {OUTAGE_S:.0f} s: {during} good exchanges during it, {load.ok}; "
-        f"registry change routed {routed_after:.2f} s after restart"
-    )
+    print(f"valkey outage {OUTAGE_S:.0f} s: {during} good exchanges during it, {load.ok}; "
+          f"registry change routed {routed_after:.2f} s after restart")
     assert load.errors == [], load.errors[:10]
     assert during > OUTAGE_S  # traffic really flowed through the outage
     assert routed_after < 3.0
@@ -120,10 +115,7 @@ def test_valkey_sigkilled_for_a_minute_under_load_costs_no_request(
 
 
 def test_postgres_crashed_for_a_minute_under_load_costs_no_request(
-    outage_platform,
-    backend_factory,
-    fleet_factory,
-    external_host,  # noqa: F811
+    outage_platform, backend_factory, fleet_factory, external_host  # noqa: F811
 ):
     platform, captain = outage_platform
     fleet, load, web = _loaded_fleet(platform, captain, backend_factory, fleet_factory, external_host)
@@ -143,10 +135,8 @@ def test_postgres_crashed_for_a_minute_under_load_costs_no_request(
     finally:
         load.stop()
         web.close()
-    print(
-        f"postgres outage {OUTAGE_S:.0f} s: {during} good exchanges during it, {load.ok}; "
-        f"domain change routed {routed_after:.2f} s after restart"
-    )
+    print(f"postgres outage {OUTAGE_S:.0f} s: {during} good exchanges during it, {load.ok}; "
+          f"domain change routed {routed_after:.2f} s after restart")
     assert load.errors == [], load.errors[:10]
     assert during > OUTAGE_S
     assert routed_after < 3.0

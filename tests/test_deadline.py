@@ -125,3 +125,4 @@ def test_an_upstream_connection_uses_it_and_requests_create_no_timer():
         assert conn.closed
 
     run(main)
+

@@ -26,6 +26,7 @@ PROTOCOL_VERSION_ALERT = bytes.fromhex("15030300020246")
 UNEXPECTED_MESSAGE_ALERT = bytes.fromhex("1503030002020a")
 
 
+
 def read_until_closed(sock: socket.socket, timeout: float = 5.0) -> tuple[bytes, str, float]:
     """(bytes received, "fin" | "reset" | "timeout", seconds until the end)."""
     sock.settimeout(timeout)

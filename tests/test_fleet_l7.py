@@ -334,12 +334,8 @@ def test_sigterm_drains_an_in_flight_l7_request_and_the_gauge_shows_it(external_
     wait_until(lambda: fleet.stats().get("active_connections") == 1, 5, 0.05, what="in-flight gauge = 1")
     fleet.signal(signal.SIGTERM)
     # the supervisor's "drain" event comes before its SIGTERM reaches the workers: wait for theirs (the title)
-    wait_until(
-        lambda: (w := fleet.workers()) and all("[draining]" in t for t in w.values()),
-        5,
-        0.02,
-        what="every worker draining",
-    )
+    wait_until(lambda: (w := fleet.workers()) and all("[draining]" in t for t in w.values()), 5, 0.02,
+               what="every worker draining")
     web.release_slow.set()
     resp = client.request(b"")
     assert resp.startswith(b"HTTP/1.1 200")

@@ -293,10 +293,7 @@ def test_quadratic_inputs_through_the_fleet_answered_fast_beside_another_client(
 
 @pytest.mark.parametrize("burst", [1, 2, 5, 100])
 def test_after_idle_the_fleet_admits_exactly_burst_back_to_back_across_both_workers(
-    external_host,
-    fleet_factory,
-    web,
-    burst,  # noqa: F811
+    external_host, fleet_factory, web, burst  # noqa: F811
 ):
     """Issue 16 item 6: after idle time the bucket held ``burst`` plus 0.99 of a token, and a microsecond later
     back-to-back requests got ``burst + 1``. Requests pipelined on 12 connections (both workers) at once."""

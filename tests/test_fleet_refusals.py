@@ -81,10 +81,7 @@ def _status(resp: bytes) -> int:
 
 
 def test_every_refusal_path_counts_once_and_the_total_is_the_sum_of_the_kinds(
-    external_host,
-    fleet_factory,
-    web,
-    backend_factory,  # noqa: F811
+    external_host, fleet_factory, web, backend_factory  # noqa: F811
 ):
     db = backend_factory("db", "db.internal.test")
     raw = Raw431Backend()

@@ -61,11 +61,7 @@ sys.meta_path.insert(0, _JwtWatch)
 
 
 def test_in_a_running_fleet_only_the_management_process_imports_jwt(
-    external_host,
-    fleet_factory,
-    web,
-    tmp_path,
-    monkeypatch,  # noqa: F811
+    external_host, fleet_factory, web, tmp_path, monkeypatch  # noqa: F811
 ):
     site = tmp_path / "site"
     site.mkdir()

@@ -21,9 +21,4 @@ def test_base_url_order(monkeypatch):
 
 def test_set_values():
     assert [mgmt_cli.parse_value(v) for v in ("true", "OFF", "default", "2.5", "ip+host")] == [
-        True,
-        False,
-        None,
-        2.5,
-        "ip+host",
-    ]
+        True, False, None, 2.5, "ip+host"]

@@ -29,14 +29,8 @@ def browser():
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1440,900",
-        "--force-device-scale-factor=1",
-    ):
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1440,900", "--force-device-scale-factor=1"):
         opts.add_argument(arg)
     b = webdriver.Chrome(service=Service(executable_path=driver), options=opts)
     yield b
@@ -48,8 +42,7 @@ def test_dashboard_shows_a_service_request_count_rising(external_host, fleet_fac
 
     web = HTTPBackend("web")
     try:
-        fleet = fleet_factory(
-            f"""
+        fleet = fleet_factory(f"""
 [[instances]]
 service = "web"
 id = "web-1"
@@ -70,11 +63,7 @@ tls = true
 [[domains]]
 hostname = "{SNI}"
 service = "web"
-""",
-            extra="[policy]\nwaf = true\n",
-            host="0.0.0.0",
-            mgmt=True,
-        )
+""", extra="[policy]\nwaf = true\n", host="0.0.0.0", mgmt=True)
         wait_until(lambda: mc.call(fleet.mgmt_url, "GET", "/health")[0] == 200, 10, what="mgmt up")
         stop = threading.Event()
 
@@ -103,8 +92,7 @@ service = "web"
         browser.get(fleet.mgmt_url + "/")
         wait_until(lambda: browser.find_element(By.ID, "login").is_displayed(), 10, what="token form")
         browser.find_element(By.ID, "tok").send_keys(
-            mc.token(fleet.secret, scope="proxy:stats:read proxy:backends:read", exp=int(time.time()) + 3600)
-        )
+            mc.token(fleet.secret, scope="proxy:stats:read proxy:backends:read", exp=int(time.time()) + 3600))
         browser.find_element(By.ID, "go").click()
         t = threading.Thread(target=traffic, daemon=True)
         t.start()
@@ -112,20 +100,13 @@ service = "web"
         def requests_shown() -> int:
             # read in the page: the table is re-rendered every 2 s, so a held element reference goes stale
             text = browser.execute_script(
-                "const c = document.querySelector('#services tbody td.requests'); return c ? c.textContent : '';"
-            )
+                "const c = document.querySelector('#services tbody td.requests'); return c ? c.textContent : '';")
             return int(text) if text.isdigit() else -1
 
         first = wait_until(lambda: (v := requests_shown()) > 0 and v, 15, 0.2, what="a request count")
         second = wait_until(lambda: (v := requests_shown()) > first and v, 10, 0.2, what="the count rising")
-        wait_until(
-            lambda: (
-                browser.execute_script("return document.getElementById('t-rps').textContent") not in ("", "\u2013", "0")
-            ),
-            10,
-            0.2,
-            what="a request rate",
-        )
+        wait_until(lambda: browser.execute_script("return document.getElementById('t-rps').textContent")
+                   not in ("", "\u2013", "0"), 10, 0.2, what="a request rate")
         third = wait_until(lambda: (v := requests_shown()) > second and v, 10, 0.2, what="still rising")
         assert first < second < third
         assert browser.execute_script("return document.getElementById('status').textContent") == "ok"

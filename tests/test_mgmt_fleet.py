@@ -96,19 +96,8 @@ def test_token_matrix(fleet):
     # every refusal was counted by reason, and no token text reached the log
     status, stats = mc.get_json(url, "/stats", mc.token(secret, scope="proxy:stats:read"))
     refusals = stats["auth_refusals"]
-    for reason in (
-        "expired",
-        "not_yet_valid",
-        "bad_audience",
-        "bad_issuer",
-        "missing_claim",
-        "bad_algorithm",
-        "bad_signature",
-        "token_in_query",
-        "missing",
-        "scope",
-        "replay",
-    ):
+    for reason in ("expired", "not_yet_valid", "bad_audience", "bad_issuer", "missing_claim", "bad_algorithm",
+                   "bad_signature", "token_in_query", "missing", "scope", "replay"):
         assert refusals.get(reason, 0) >= 1, (reason, refusals)
     assert good not in fleet.output() and good.split(".")[2] not in fleet.output()
     assert len(fleet.events("mgmt_auth_refused")) == sum(refusals.values())
@@ -131,28 +120,14 @@ def test_health_backends_and_mappings(fleet, web):
     tok = mc.token(fleet.secret)
     status, backends = mc.get_json(url, "/backends", tok)
     rows = {r["id"]: r for r in backends["services"]["web"]}
-    assert rows["web-1"] == {
-        "id": "web-1",
-        "host": "127.0.0.1",
-        "port": web.port,
-        "state": "Active",
-        "health_age_s": None,
-        "fresh": True,
-        "suspect": None,
-        "tls": False,
-        "proxy_protocol": "",
-    }
+    assert rows["web-1"] == {"id": "web-1", "host": "127.0.0.1", "port": web.port, "state": "Active",
+                             "health_age_s": None, "fresh": True, "suspect": None, "tls": False,
+                             "proxy_protocol": ""}
     assert rows["web-2"]["fresh"] is False
     status, maps = mc.get_json(url, "/mappings", tok)
     assert maps["total"] == 2
-    assert maps["mappings"][0] == {
-        "hostname": "*.wild.test",
-        "service": "web",
-        "env_id": "",
-        "app_id": "",
-        "source": "file",
-        "wildcard": True,
-    }
+    assert maps["mappings"][0] == {"hostname": "*.wild.test", "service": "web", "env_id": "", "app_id": "",
+                                   "source": "file", "wildcard": True}
     status, maps = mc.get_json(url, "/mappings?host=SHOP", tok)
     assert [m["hostname"] for m in maps["mappings"]] == ["shop.apps.test"]
     assert maps["mappings"][0]["env_id"] == "env-1" and maps["mappings"][0]["wildcard"] is False
@@ -184,9 +159,8 @@ def test_bad_policy_input_gets_422_naming_the_field(fleet):
         status, _, raw = mc.call(url, "PUT", "/policy", mc.token(fleet.secret, scope="policy-admin"), body)
         assert status == 422, body
         assert json.loads(raw)["field"] == field
-    status, _, raw = mc.call(
-        url, "PUT", "/policy", mc.token(fleet.secret, scope="policy-admin"), {"waf": True, "pad": "x" * 20_000}
-    )
+    status, _, raw = mc.call(url, "PUT", "/policy", mc.token(fleet.secret, scope="policy-admin"),
+                             {"waf": True, "pad": "x" * 20_000})
     assert status == 413 and json.loads(raw)["field"] == "body"
     status, view = mc.get_json(url, "/policy", mc.token(fleet.secret, scope="policy-admin"))
     assert view["overlay"] == {} and view["effective"]["waf"] is False
@@ -213,21 +187,13 @@ def test_mgmt_process_is_respawned_serves_again_within_a_second_and_remembers_jt
 
 def _boot(tmp_path, secret: str | None, mgmt: str = "127.0.0.1:0") -> subprocess.CompletedProcess:
     cfg = tmp_path / "p.toml"
-    cfg.write_text(
-        f'[listen]\nhttps = "127.0.0.1:0"\nhttp = ""\nmgmt = "{mgmt}"\n'
-        f'[tls]\nstate_dir = "{tmp_path}/state"\ncert_dir = "{tmp_path}/certs"\n'
-    )
+    cfg.write_text(f'[listen]\nhttps = "127.0.0.1:0"\nhttp = ""\nmgmt = "{mgmt}"\n'
+                   f'[tls]\nstate_dir = "{tmp_path}/state"\ncert_dir = "{tmp_path}/certs"\n')
     env = {k: v for k, v in os.environ.items() if k != "SENTIN8_MGMT_JWT_SECRET"}
     if secret is not None:
         env["SENTIN8_MGMT_JWT_SECRET"] = secret
-    return subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "run", "--config", str(cfg)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    return subprocess.run([sys.executable, "-m", "supervisor.cli", "run", "--config", str(cfg)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=30)
 
 
 @pytest.mark.parametrize("secret", [None, "x" * 31])
@@ -256,14 +222,9 @@ def test_cli_against_the_running_fleet(fleet):
     env = {k: v for k, v in os.environ.items() if k not in ("SENTIN8_MGMT_TOKEN", "SENTIN8_MGMT_JWT_SECRET")}
 
     def cli(*args: str, **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "supervisor.cli", *args, "--config", fleet.config, "--url", fleet.mgmt_url],
-            cwd=REPO,
-            env={**env, **extra},
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        return subprocess.run([sys.executable, "-m", "supervisor.cli", *args, "--config", fleet.config,
+                               "--url", fleet.mgmt_url], cwd=REPO,
+                              env={**env, **extra}, capture_output=True, text=True, timeout=30)
 
     done = cli("status")
     assert done.returncode == 0 and done.stdout.startswith("ok "), done.stderr
@@ -292,37 +253,13 @@ def test_cli_against_the_running_fleet(fleet):
 def test_schemathesis_finds_no_server_error(fleet, tmp_path):
     """Every check, not only server errors: status codes, content types and bodies must match /openapi.json."""
     wait_until(lambda: mc.call(fleet.mgmt_url, "GET", "/health")[0] == 200, 10, what="mgmt up")
-    env = {
-        **os.environ,
-        "SENTIN8_MGMT_JWT_SECRET": fleet.secret,
-        "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
-        "PYTHONPATH": str(REPO),
-        "NO_COLOR": "1",
-    }
+    env = {**os.environ, "SENTIN8_MGMT_JWT_SECRET": fleet.secret, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
+           "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
     done = subprocess.run(
-        [
-            os.path.join(os.path.dirname(sys.executable), "schemathesis"),
-            "run",
-            f"{fleet.mgmt_url}/openapi.json",
-            "--checks",
-            "all",
-            "--max-examples",
-            "40",
-            "--workers",
-            "1",
-            "--seed",
-            "10",
-            "--phases",
-            "examples,coverage,fuzzing",
-            "--request-timeout",
-            "10",
-            "--no-color",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [os.path.join(os.path.dirname(sys.executable), "schemathesis"), "run", f"{fleet.mgmt_url}/openapi.json",
+         "--checks", "all", "--max-examples", "40", "--workers", "1", "--seed", "10",
+         "--phases", "examples,coverage,fuzzing", "--request-timeout", "10", "--no-color"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )
     print(done.stdout[-3000:])
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
@@ -334,8 +271,7 @@ def test_schemathesis_finds_no_server_error(fleet, tmp_path):
 def test_mappings_endpoint_at_100k_hostnames(fleet_factory, web):
     names = 100_000
     body = BODY.format(port=web.port) + "".join(
-        f'[[domains]]\nhostname = "app{i}.env{i % 97}.apps.test"\nservice = "web"\n' for i in range(names)
-    )
+        f'[[domains]]\nhostname = "app{i}.env{i % 97}.apps.test"\nservice = "web"\n' for i in range(names))
     fleet = fleet_factory(body, mgmt=True)
     url, tok = fleet.mgmt_url, mc.token(fleet.secret, scope="proxy:mappings:read")
     wait_until(lambda: mc.get_json(url, "/health")[1].get("mappings") == names + 2, 30, 0.2, what="100k published")
@@ -348,10 +284,8 @@ def test_mappings_endpoint_at_100k_hostnames(fleet_factory, web):
         status, page = mc.get_json(url, query, tok)
         timings.append(time.monotonic() - t0)
         assert status == 200
-    print(
-        f"/mappings at 100k: first call (decode + index) {cold * 1000:.0f} ms, then"
-        f" {', '.join(f'{t * 1000:.0f}' for t in timings)} ms"
-    )
+    print(f"/mappings at 100k: first call (decode + index) {cold * 1000:.0f} ms, then"
+          f" {', '.join(f'{t * 1000:.0f}' for t in timings)} ms")
     assert first["total"] == names + 2 and len(first["mappings"]) == 1000
     assert page["total"] == names + 2 and len(page["mappings"]) == 10
     assert max(timings) < 1.0 and cold < 3.0  # generous: a shared 2-core box
@@ -365,9 +299,8 @@ def test_reload_restarts_mgmt_with_the_new_config(fleet):
         fh.write("\n[policy]\nwaf = true\n")
     fleet.signal(signal.SIGHUP)
     admin = mc.token(fleet.secret, scope="policy-admin")
-    wait_until(
-        lambda: mc.get_json(url, "/policy", admin)[1]["config"]["waf"] is True, 15, 0.1, what="mgmt on the new config"
-    )
+    wait_until(lambda: mc.get_json(url, "/policy", admin)[1]["config"]["waf"] is True, 15, 0.1,
+               what="mgmt on the new config")
     assert mgmt_pid(fleet) not in (None, old)
     assert not [e for e in fleet.events("child_died") if e.get("child") == "mgmt"]  # a planned restart
 
@@ -379,9 +312,8 @@ def test_upgrade_beside_a_running_fleet_takes_the_mgmt_port_over(tmp_path, fleet
     wait_until(lambda: mc.call(old.mgmt_url, "GET", "/health")[0] == 200, 10, what="old mgmt up")
     newdir = tmp_path / "new"
     newdir.mkdir()
-    new = Fleet(
-        str(newdir), BODY.format(port=web.port), 2, port=old.port, mgmt=old.mgmt_port, args=("--beside-running-fleet",)
-    )
+    new = Fleet(str(newdir), BODY.format(port=web.port), 2, port=old.port, mgmt=old.mgmt_port,
+                args=("--beside-running-fleet",))
     try:
         assert new.saw("mgmt_deferred") and new.mgmt_url == old.mgmt_url
         old.signal(signal.SIGTERM)

@@ -20,6 +20,7 @@ SNI = "shop.apps.test"
 GET = b"GET /x HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n"
 
 
+
 def status_of(host, fleet) -> int:
     """One request on a new connection: the kernel spreads new connections over both workers."""
     client = PQClient(host.connect(fleet.port), SNI)
@@ -61,11 +62,8 @@ def test_runtime_rate_limit_reaches_both_workers_survives_respawn_and_restart(ex
     assert statuses[-1] == 429 and first_429 < 1.0, (statuses, first_429)
     statuses = [status_of(external_host, fleet) for _ in range(12)]
     assert statuses == [429] * 12, statuses
-    slots = wait_until(
-        lambda: (s := rate_limited_slots(fleet)) and sum(1 for v in s.values() if v) >= 2 and s,
-        5,
-        what="429 counted by two workers",
-    )
+    slots = wait_until(lambda: (s := rate_limited_slots(fleet)) and sum(1 for v in s.values() if v) >= 2 and s, 5,
+                       what="429 counted by two workers")
     assert sum(1 for v in slots.values() if v) >= 2, slots
 
     # a SIGKILLed worker comes back with the runtime policy (it is in shared memory, not in the worker)
@@ -109,9 +107,8 @@ def test_health_draining_503_while_a_request_is_in_flight(external_host, fleet_f
     status, health = mc.get_json(fleet.mgmt_url, "/health")
     assert status == 200 and health["active_connections"] == 1
     fleet.signal(signal.SIGTERM)
-    status, health = wait_until(
-        lambda: (r := mc.get_json(fleet.mgmt_url, "/health"))[0] == 503 and r, 5, what="draining"
-    )
+    status, health = wait_until(lambda: (r := mc.get_json(fleet.mgmt_url, "/health"))[0] == 503 and r, 5,
+                                what="draining")
     assert health["status"] == "draining" and health["active_connections"] == 1
     web.release_slow.set()
     t.join(10)
@@ -130,14 +127,12 @@ def test_health_turns_stale_during_a_valkey_outage(platform, backend_factory, fl
     platform.add_app("shop", "shop")
     fleet = fleet_factory("", extra=platform.sources(), mgmt=True)
     wait_until(lambda: routes_to(fleet.port, hostname("shop"), b"a"), 5, what="shop serving")
-    status, health = wait_until(
-        lambda: (r := mc.get_json(fleet.mgmt_url, "/health"))[0] == 200 and r, 10, what="health"
-    )
+    status, health = wait_until(lambda: (r := mc.get_json(fleet.mgmt_url, "/health"))[0] == 200 and r, 10,
+                                what="health")
     assert health["status"] == "ok" and health["stale"] is False
     platform.redis.stop(kill=True)
-    status, health = wait_until(
-        lambda: (r := mc.get_json(fleet.mgmt_url, "/health"))[1]["stale"] and r, 15, what="stale"
-    )
+    status, health = wait_until(lambda: (r := mc.get_json(fleet.mgmt_url, "/health"))[1]["stale"] and r, 15,
+                                what="stale")
     assert status == 200 and health["status"] == "stale"  # still serving: a load balancer keeps us
     assert routes_to(fleet.port, hostname("shop"), b"a")
     platform.redis.start()

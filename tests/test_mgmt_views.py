@@ -10,11 +10,8 @@ from sentin8.routing import Instance, Route
 
 
 def table(stale: bool = False, built_at: float = 1000.0) -> routing.RoutingTable:
-    insts = [
-        Instance("w1", "web", "10.0.0.1", 80, health_ts=990.0),
-        Instance("w2", "web", "10.0.0.2", 80, "Draining"),
-        Instance("a1", "api", "10.0.0.3", 443, tls=True, health_ts=900.0),
-    ]
+    insts = [Instance("w1", "web", "10.0.0.1", 80, health_ts=990.0), Instance("w2", "web", "10.0.0.2", 80, "Draining"),
+             Instance("a1", "api", "10.0.0.3", 443, tls=True, health_ts=900.0)]
     routes = [Route("shop.example.com", "web", "e1", "a1"), Route("*.example.org", "api")]
     return routing.build(routes, insts, built_at, stale)
 
@@ -55,10 +52,8 @@ def test_mappings_at_100k_names_are_fast():
     t0 = time.perf_counter()
     by_service = index.query(None, "svc7", 10, 0)
     service_ms = (time.perf_counter() - t0) * 1000
-    print(
-        f"100k mappings: index {build_ms:.1f} ms, page {page_ms:.2f} ms, host filter {filter_ms:.1f} ms,"
-        f" service filter {service_ms:.1f} ms"
-    )
+    print(f"100k mappings: index {build_ms:.1f} ms, page {page_ms:.2f} ms, host filter {filter_ms:.1f} ms,"
+          f" service filter {service_ms:.1f} ms")
     assert page["total"] == 100_000 and len(page["mappings"]) == 1000
     assert found["total"] == 1 and found["mappings"][0]["hostname"] == "app99999.env49.example.com"
     assert by_service["total"] == 334 and len(by_service["mappings"]) == 10
@@ -74,14 +69,8 @@ def test_stats_exposes_histogram_in_order():
 
 
 def test_stats_gives_every_policy_block_kind_and_handshake_error_reason():
-    totals = {
-        "policy_block_rate_limit": 3,
-        "policy_block_conn_cap": 2,
-        "policy_block_header_caps": 0,
-        "handshake_error_classical_only": 4,
-        "handshake_error_timeout": 1,
-        "policy_blocked": 5,
-    }
+    totals = {"policy_block_rate_limit": 3, "policy_block_conn_cap": 2, "policy_block_header_caps": 0,
+              "handshake_error_classical_only": 4, "handshake_error_timeout": 1, "policy_blocked": 5}
     body = views.stats(totals, 1.0)
     assert body["policy_blocks"] == {"rate_limit": 3, "conn_cap": 2, "header_caps": 0}
     assert body["handshake_errors"] == {"classical_only": 4, "timeout": 1}

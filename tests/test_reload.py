@@ -53,10 +53,7 @@ def start_load(fleet, external_host) -> Load:  # noqa: F811
 
 
 def test_hundred_sighup_reloads_under_l4_and_l7_load_lose_nothing(
-    fleet_factory,
-    backend_factory,
-    web,
-    external_host,  # noqa: F811
+    fleet_factory, backend_factory, web, external_host  # noqa: F811
 ):
     shop = backend_factory("shop", "shop.internal")
     fleet = fleet_factory(mixed_body(web.port, shop.port), workers=2, host="0.0.0.0", fleet=FAST_DRAIN)
@@ -85,18 +82,11 @@ def test_hundred_sighup_reloads_under_l4_and_l7_load_lose_nothing(
 
 
 def test_handshake_completing_after_sigterm_is_answered_and_exit_is_prompt(
-    fleet_factory,
-    backend_factory,
-    web,
-    external_host,  # noqa: F811
+    fleet_factory, backend_factory, web, external_host  # noqa: F811
 ):
     shop = backend_factory("shop", "shop.internal")
-    fleet = fleet_factory(
-        mixed_body(web.port, shop.port),
-        workers=1,
-        host="0.0.0.0",
-        fleet="drain_timeout_s = 20\ndrain_idle_grace_s = 0.5",
-    )
+    fleet = fleet_factory(mixed_body(web.port, shop.port), workers=1, host="0.0.0.0",
+                          fleet="drain_timeout_s = 20\ndrain_idle_grace_s = 0.5")
     client = PQClient(external_host.connect(fleet.port), "web.apps.test")
     half_handshake(client)
     t0 = time.monotonic()
@@ -114,10 +104,7 @@ def test_handshake_completing_after_sigterm_is_answered_and_exit_is_prompt(
 
 
 def test_handshake_completing_in_a_worker_retired_by_sighup_is_answered(
-    fleet_factory,
-    backend_factory,
-    web,
-    external_host,  # noqa: F811
+    fleet_factory, backend_factory, web, external_host  # noqa: F811
 ):
     shop = backend_factory("shop", "shop.internal")
     fleet = fleet_factory(mixed_body(web.port, shop.port), workers=1, host="0.0.0.0", fleet=FAST_DRAIN)
@@ -168,9 +155,8 @@ def test_reloads_queue_behind_long_lived_connections_and_all_complete(fleet_fact
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
+    return subprocess.run([sys.executable, "-m", "supervisor.cli", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def test_reload_wait_reports_done_and_refused(fleet_factory, backend_factory):
@@ -196,11 +182,7 @@ def test_reload_wait_reports_done_and_refused(fleet_factory, backend_factory):
 
 
 def test_upgrade_beside_the_running_fleet_under_load_loses_nothing(
-    tmp_path,
-    fleet_factory,
-    backend_factory,
-    web,
-    external_host,  # noqa: F811
+    tmp_path, fleet_factory, backend_factory, web, external_host  # noqa: F811
 ):
     shop = backend_factory("shop", "shop.internal")
     body = mixed_body(web.port, shop.port)
@@ -211,9 +193,8 @@ def test_upgrade_beside_the_running_fleet_under_load_loses_nothing(
         newdir.mkdir()
         from tests.peers import Fleet
 
-        new = Fleet(
-            str(newdir), body, 2, host="0.0.0.0", fleet=FAST_DRAIN, port=old.port, args=("--beside-running-fleet",)
-        )
+        new = Fleet(str(newdir), body, 2, host="0.0.0.0", fleet=FAST_DRAIN, port=old.port,
+                    args=("--beside-running-fleet",))
         try:
             assert new.saw("beside_running_fleet")
             served_before = load.total()
@@ -255,20 +236,13 @@ def test_systemd_hears_reloading_then_ready_for_each_reload(tmp_path, monkeypatc
 
 
 def test_a_config_change_in_a_queued_reload_is_fully_applied(
-    fleet_factory,
-    backend_factory,
-    web,
-    external_host,  # noqa: F811
+    fleet_factory, backend_factory, web, external_host  # noqa: F811
 ):
     """SIGHUPs pile up while long-lived connections keep retirees alive; the file changes (the WAF goes on)
     before the last one. When the queue has drained, every worker runs the new config."""
     shop = backend_factory("shop", "shop.internal")
-    fleet = fleet_factory(
-        mixed_body(web.port, shop.port),
-        workers=2,
-        host="0.0.0.0",
-        fleet="drain_timeout_s = 4\ndrain_idle_grace_s = 0.5",
-    )
+    fleet = fleet_factory(mixed_body(web.port, shop.port), workers=2, host="0.0.0.0",
+                          fleet="drain_timeout_s = 4\ndrain_idle_grace_s = 0.5")
     attack = b"GET /items?id=1%20UNION%20SELECT%20password%20FROM%20users HTTP/1.1\r\nHost: web.apps.test\r\n\r\n"
 
     def status() -> int:

@@ -21,10 +21,7 @@ def region():
 
 def test_validate_names_the_field():
     assert rp.validate_changes({"waf": True, "rate_limit_rps": 5, "rate_limit_key": None}) == {
-        "waf": True,
-        "rate_limit_rps": 5.0,
-        "rate_limit_key": None,
-    }
+        "waf": True, "rate_limit_rps": 5.0, "rate_limit_key": None}
     cases = [
         ({"waf": 1}, "waf"),
         ({"rate_limit": "on"}, "rate_limit"),

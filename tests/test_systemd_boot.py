@@ -111,12 +111,8 @@ class Unit:
 
     def wait_event(self, name: str, count: int = 1, timeout: float = 15) -> list[dict]:
         # journald takes the line from the unit's stdout stream on its own time: poll with a deadline
-        return wait_until(
-            lambda: (evs := self.events(name)) and len(evs) >= count and evs,
-            timeout,
-            0.1,
-            what=f"{count} x {name} in the journal",
-        )
+        return wait_until(lambda: (evs := self.events(name)) and len(evs) >= count and evs, timeout,
+                          0.1, what=f"{count} x {name} in the journal")
 
     def processes(self) -> dict[int, dict[str, str]]:
         """The supervisor and its children: title, parent, and the /proc status fields the checks read."""
@@ -198,11 +194,7 @@ def systemd_host(tmp_path):
 
 
 def test_the_unit_serves_reloads_and_drains_under_systemd(
-    systemd_host,
-    tmp_path,
-    redis_server,
-    postgres_server,
-    external_host,  # noqa: F811
+    systemd_host, tmp_path, redis_server, postgres_server, external_host  # noqa: F811
 ):
     tree, wheels, log = systemd_host
     platform = Platform(redis_server, postgres_server)
@@ -239,14 +231,8 @@ def test_the_unit_serves_reloads_and_drains_under_systemd(
         box.run("sh", "-c", "cat > /etc/hosts", input="127.0.0.1 localhost\n::1 localhost ip6-localhost\n")
         t0 = time.monotonic()
         # pip reads the wheelhouse instead of PyPI: the block's commands are run as written
-        done = box.run(
-            "sh",
-            "-eux",
-            check=False,
-            timeout=600,
-            input=f"cd {CHECKOUT}\n{SYSCTL_SHIM}{install_block()}",
-            env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": WHEELHOUSE},
-        )
+        done = box.run("sh", "-eux", check=False, timeout=600, input=f"cd {CHECKOUT}\n{SYSCTL_SHIM}{install_block()}",
+                       env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": WHEELHOUSE})
         assert done.returncode == 0, f"the README's install block failed:\n{done.stderr[-3000:]}\n{unit.journal()}"
         print(f"installed and started in {time.monotonic() - t0:.1f} s")
         check_ready_and_sandboxed(unit, box)
@@ -278,11 +264,8 @@ def check_ready_and_sandboxed(unit: Unit, box: Container) -> None:
     supervisor = next(pid for pid, p in procs.items() if p["title"] == "sentin8-proxy: supervisor")
     allowed = cpu_list(procs[supervisor]["Cpus_allowed_list"])  # worker i is pinned to allowed[i mod n]
     assert sorted(p["title"] for p in procs.values()) == [
-        "sentin8-proxy: mgmt",
-        "sentin8-proxy: resolver",
-        "sentin8-proxy: supervisor",
-        *(f"sentin8-proxy: worker {i} [cpu {allowed[i % len(allowed)]}]" for i in range(2)),
-    ], procs
+        "sentin8-proxy: mgmt", "sentin8-proxy: resolver", "sentin8-proxy: supervisor",
+        *(f"sentin8-proxy: worker {i} [cpu {allowed[i % len(allowed)]}]" for i in range(2))], procs
     for pid, p in procs.items():
         # the sandbox is in force, not silently skipped by a systemd inside a container
         assert p["Uid"].split() == [uid] * 4, (pid, p)  # real, effective, saved, fs: never root
@@ -310,9 +293,8 @@ def check_serving(unit, pipe, web, external_host, metrics, mgmt_port) -> None:  
     """Both paths, on routes that only Valkey (instances) and PostgreSQL (names) know."""
     reply, cert = l4_roundtrip(hostname("pipe"))
     assert reply == b"pipe:ping" and cert == pipe.cert_der  # spliced raw: the backend's own TLS and certificate
-    client, resp = l7_request(
-        external_host, hostname("web"), b"GET /hello HTTP/1.1\r\nHost: %s\r\n\r\n" % hostname("web").encode()
-    )
+    client, resp = l7_request(external_host, hostname("web"),
+                              b"GET /hello HTTP/1.1\r\nHost: %s\r\n\r\n" % hostname("web").encode())
     assert client.group_name == "X25519MLKEM768", client.group_name
     assert client.peer_cert.signature_algorithm_oid.dotted_string == "2.16.840.1.101.3.4.3.18"  # ML-DSA-65
     assert resp.startswith(b"HTTP/1.1 200 "), resp[:200]
@@ -344,13 +326,9 @@ def check_serving(unit, pipe, web, external_host, metrics, mgmt_port) -> None:  
     assert status == 200 and health["status"] == "ok" and health["mappings"] == 2, health
     # psutil reads each child's RSS under ProtectProc=invisible: the SIGUSR1 dump (supervisor only)
     unit.systemctl("kill", "--kill-who=main", "--signal=SIGUSR1", UNIT, check=True)
-    line = wait_until(
-        lambda: next((ln for ln in unit.journal().splitlines() if ln.startswith("stats ")), None),
-        10,
-        0.1,
-        what="the stats line",
-    )
-    rss = json.loads(line[len("stats ") :])["rss_kib"]
+    line = wait_until(lambda: next((ln for ln in unit.journal().splitlines() if ln.startswith("stats ")), None),
+                      10, 0.1, what="the stats line")
+    rss = json.loads(line[len("stats "):])["rss_kib"]
     assert len(rss) == 4 and all(kib > 0 for kib in rss.values()), rss
 
 
@@ -359,29 +337,22 @@ def check_reloads(unit: Unit, box: Container, external_host, config: str) -> Non
     done = unit.systemctl("reload", UNIT)  # ExecReload: `sentin8-proxy reload --wait`
     assert done.returncode == 0, done.stderr + unit.journal()[-3000:]
     assert unit.wait_event("reload_done")[0]["seq"] == 1
-    wait_until(
-        lambda: re.search(r"sentin8-proxy reload: reload 1 done", unit.journal()),
-        10,
-        0.1,
-        what="ExecReload's report in the journal",
-    )
+    wait_until(lambda: re.search(r"sentin8-proxy reload: reload 1 done", unit.journal()), 10, 0.1,
+               what="ExecReload's report in the journal")
     after = unit.workers()
     assert len(after) == 2 and not before & set(after), (before, after)  # replaced, one at a time
     assert all(len(cpu_list(p["Cpus_allowed_list"])) == 1 for p in after.values())  # and pinned again
     assert l4_roundtrip(hostname("pipe"))[0] == b"pipe:ping"
-    assert l7_request(
-        external_host, hostname("web"), b"GET /again HTTP/1.1\r\nHost: %s\r\n\r\n" % hostname("web").encode()
-    )[1].startswith(b"HTTP/1.1 200 ")
+    assert l7_request(external_host, hostname("web"), b"GET /again HTTP/1.1\r\nHost: %s\r\n\r\n"
+                      % hostname("web").encode())[1].startswith(b"HTTP/1.1 200 ")
 
     conf = "/etc/sentin8-proxy/proxy.toml"
     broken = {
         # not TOML: `reload` refuses it before it signals anyone
         "not TOML": (config + "\n[listen\n", r"not valid TOML"),
         # valid TOML naming a file that is not there: the supervisor refuses it (reload_refused)
-        "a missing file": (
-            config + '\n[tls]\nclient_ca_file = "/nonexistent/ca.pem"\n',
-            r"reload 2 refused: tls\.client_ca_file: cannot read /nonexistent/ca\.pem",
-        ),
+        "a missing file": (config + '\n[tls]\nclient_ca_file = "/nonexistent/ca.pem"\n',
+                           r"reload 2 refused: tls\.client_ca_file: cannot read /nonexistent/ca\.pem"),
     }
     for what, (text, said) in broken.items():
         box.run("sh", "-c", f"cat > {conf}", input=text)
@@ -437,19 +408,10 @@ def check_taken_port_fails_without_a_restart_loop(unit: Unit) -> None:
         assert unit.systemctl("start", UNIT).returncode != 0
         state = unit.show("ActiveState", "SubState", "Result", "ExecMainStatus", "NRestarts")
         # with a restart scheduled the unit would be "activating"/"auto-restart" now: RestartPreventExitStatus=2
-        assert state == {
-            "ActiveState": "failed",
-            "SubState": "failed",
-            "Result": "exit-code",
-            "ExecMainStatus": "2",
-            "NRestarts": "0",
-        }, state
-        wait_until(
-            lambda: re.search(r"listen\.https: cannot listen on 0\.0\.0\.0:443: already in use", unit.journal()),
-            10,
-            0.1,
-            what="the key named in the journal",
-        )
+        assert state == {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code",
+                         "ExecMainStatus": "2", "NRestarts": "0"}, state
+        wait_until(lambda: re.search(r"listen\.https: cannot listen on 0\.0\.0\.0:443: already in use", unit.journal()),
+                   10, 0.1, what="the key named in the journal")
     finally:
         holder.close()
 
@@ -464,13 +426,8 @@ def check_nothing_calls_a_denied_syscall(unit: Unit, box: Container, external_ho
     """EPERM (the unit's choice) can hide a call a library makes and copes with; killing the caller cannot: the
     same life again with a drop-in that makes a denied syscall fatal, and nothing dies."""
     assert unit.show("SystemCallErrorNumber")["SystemCallErrorNumber"] == "1"  # EPERM, as shipped
-    box.run(
-        "sh",
-        "-c",
-        f"mkdir -p /etc/systemd/system/{UNIT}.service.d && "
-        f"cat > /etc/systemd/system/{UNIT}.service.d/kill-on-denied-syscall.conf",
-        input=KILL_ON_DENIED,
-    )
+    box.run("sh", "-c", f"mkdir -p /etc/systemd/system/{UNIT}.service.d && "
+            f"cat > /etc/systemd/system/{UNIT}.service.d/kill-on-denied-syscall.conf", input=KILL_ON_DENIED)
     unit.systemctl("daemon-reload", check=True)
     # systemd's "kill" marker (INT_MAX - 1), as `systemctl show` prints it
     assert unit.show("SystemCallErrorNumber")["SystemCallErrorNumber"] == str(2**31 - 2)

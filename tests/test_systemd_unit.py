@@ -38,7 +38,8 @@ def test_unit_verifies_clean(analyze, tmp_path):
 
 
 def test_unit_exposure_is_at_most_2_5(analyze):
-    out = subprocess.run([analyze, "security", "--offline=true", str(UNIT)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([analyze, "security", "--offline=true", str(UNIT)], capture_output=True, text=True,
+                         timeout=60)
     m = re.search(r"Overall exposure level for \S+: ([0-9.]+)", out.stdout)
     assert m, out.stdout + out.stderr
     print(f"systemd-analyze security: {m.group(1)}")

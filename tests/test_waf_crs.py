@@ -259,12 +259,8 @@ def test_a_long_token_is_not_refused(source, where):
     """Eight 932 rules of CRS 4.28 (932150 of 3.3.4) hit the match limit on 1,000 alphanumerics, in phase 2:
     200005 must not see those, or every long session token, JWT or API key would be refused."""
     token = b"eyJ" + b"x7Kq9ZpR2m" * 400  # 4 KiB, no separators
-    form = [
-        (b"Host", b"shop.test"),
-        (b"User-Agent", b"Mozilla/5.0"),
-        (b"Content-Type", b"application/x-www-form-urlencoded"),
-        (b"Content-Length", b"%d" % (len(token) + 6)),
-    ]
+    form = [(b"Host", b"shop.test"), (b"User-Agent", b"Mozilla/5.0"),
+            (b"Content-Type", b"application/x-www-form-urlencoded"), (b"Content-Length", b"%d" % (len(token) + 6))]
     r = {
         "query": _get(b"/?token=" + token),
         "cookie": _get(headers=[(b"Cookie", b"session=" + token)]),

@@ -235,22 +235,14 @@ def cases() -> list[Case]:
         # -- legacy_version (RFC 8446 §4.2.1: ignored when supported_versions is there) ----------------------
         Case("legacy_version_ffff_with_supported_versions", _hello(legacy_version=0xFFFF).record(), SERVERHELLO),
         Case("legacy_version_0400_with_supported_versions", _hello(legacy_version=0x0400).record(), SERVERHELLO),
-        Case(
-            "legacy_version_0200_with_supported_versions", _hello(legacy_version=0x0200).record(), "15020000020246 fin"
-        ),
-        Case(
-            "legacy_version_0002_with_supported_versions", _hello(legacy_version=0x0002).record(), "15000200020246 fin"
-        ),
-        Case(
-            "legacy_version_ffff_alone",
-            _without(_hello(legacy_version=0xFFFF), EXT_SUPPORTED_VERSIONS).record(),
-            "15ffff00020246 fin",
-        ),
-        Case(
-            "legacy_version_0400_alone",
-            _without(_hello(legacy_version=0x0400), EXT_SUPPORTED_VERSIONS).record(),
-            "15040000020246 fin",
-        ),
+        Case("legacy_version_0200_with_supported_versions", _hello(legacy_version=0x0200).record(),
+             "15020000020246 fin"),
+        Case("legacy_version_0002_with_supported_versions", _hello(legacy_version=0x0002).record(),
+             "15000200020246 fin"),
+        Case("legacy_version_ffff_alone", _without(_hello(legacy_version=0xFFFF), EXT_SUPPORTED_VERSIONS).record(),
+             "15ffff00020246 fin"),
+        Case("legacy_version_0400_alone", _without(_hello(legacy_version=0x0400), EXT_SUPPORTED_VERSIONS).record(),
+             "15040000020246 fin"),
         Case("legacy_version_0303_alone", _without(_hello(), EXT_SUPPORTED_VERSIONS).record(), PROTOCOL),
         Case(
             "legacy_version_0300_with_supported_versions",
@@ -259,82 +251,44 @@ def cases() -> list[Case]:
             proxy="15030000020246 fin",
             why="OpenSSL 4.0 answers an SSL 3.0 legacy_version with protocol_version where 3.5 said handshake_failure",
         ),
-        Case(
-            "supported_versions_tls12_only",
-            _replace(_hello(), EXT_SUPPORTED_VERSIONS, vec8(u16(0x0303))).record(),
-            PROTOCOL,
-        ),
+        Case("supported_versions_tls12_only", _replace(_hello(), EXT_SUPPORTED_VERSIONS, vec8(u16(0x0303))).record(),
+             PROTOCOL),
         # -- the hello's body ----------------------------------------------------------------------------
         Case("session_id_of_33_bytes", _hello(session_id=bytes(33)).record(), DECODE, peek=True),
-        Case(
-            "cipher_suites_odd_length",
-            _body_edit(_hello(session_id=b""), lambda b: b.__setitem__(slice(35, 37), b"\x00\x05")),
-            DECODE,
-            peek=True,
-        ),
-        Case(
-            "cipher_suites_empty",
-            _body_edit(_hello(session_id=b""), lambda b: b.__setitem__(slice(35, 43), b"\x00\x00")),
-            DECODE,
-            peek=True,
-        ),
+        Case("cipher_suites_odd_length",
+             _body_edit(_hello(session_id=b""), lambda b: b.__setitem__(slice(35, 37), b"\x00\x05")), DECODE,
+             peek=True),
+        Case("cipher_suites_empty",
+             _body_edit(_hello(session_id=b""), lambda b: b.__setitem__(slice(35, 43), b"\x00\x00")), DECODE,
+             peek=True),
         Case("no_compression_methods", _hello(compression=b"").record(), DECODE, peek=True),
         Case("compression_without_null", _hello(compression=b"\x01").record(), ILLEGAL),
         Case("trailing_byte_after_extensions", _body_edit(_hello(), lambda b: b.append(0)), DECODE, peek=True),
-        Case(
-            "no_extensions",
-            _body_edit(_hello(session_id=b""), lambda b: b.__delitem__(slice(2 + 32 + 1 + 2 + 6 + 2, None))),
-            PROTOCOL,
-        ),
+        Case("no_extensions",
+             _body_edit(_hello(session_id=b""), lambda b: b.__delitem__(slice(2 + 32 + 1 + 2 + 6 + 2, None))),
+             PROTOCOL),
         Case("two_server_names", _with(_hello(), EXT_SERVER_NAME, server_name("b.test")).record(), ILLEGAL, peek=True),
         Case("two_alpn", _with(_hello(), EXT_ALPN, alpn(b"http/1.1")).record(), ILLEGAL, peek=True),
-        Case(
-            "two_supported_groups", _with(_hello(), EXT_SUPPORTED_GROUPS, vec16(u16(X25519MLKEM768))).record(), ILLEGAL
-        ),
+        Case("two_supported_groups", _with(_hello(), EXT_SUPPORTED_GROUPS, vec16(u16(X25519MLKEM768))).record(),
+             ILLEGAL),
         Case("two_identical_grease_extensions", _with(_with(_hello(), 0x0A0A, b""), 0x0A0A, b"").record(), SERVERHELLO),
         # -- server_name ---------------------------------------------------------------------------------
         Case("sni_extension_empty", _replace(_hello(), EXT_SERVER_NAME, b"").record(), DECODE, peek=True),
         Case("sni_list_empty", _replace(_hello(), EXT_SERVER_NAME, vec16(b"")).record(), DECODE, peek=True),
-        Case(
-            "sni_type_1",
-            _replace(_hello(), EXT_SERVER_NAME, vec16(b"\x01" + vec16(b"a.test"))).record(),
-            DECODE,
-            peek=True,
-        ),
-        Case(
-            "sni_type_1_then_host_name",
-            _replace(
-                _hello(), EXT_SERVER_NAME, vec16(b"\x01" + vec16(b"a.test") + b"\x00" + vec16(SNI.encode()))
-            ).record(),
-            DECODE,
-            peek=True,
-        ),
-        Case(
-            "sni_two_host_names",
-            _replace(
-                _hello(), EXT_SERVER_NAME, vec16(b"\x00" + vec16(b"a.test") + b"\x00" + vec16(b"b.test"))
-            ).record(),
-            DECODE,
-            peek=True,
-        ),
-        Case(
-            "sni_trailing_byte",
-            _replace(_hello(), EXT_SERVER_NAME, server_name(SNI) + b"\x00").record(),
-            DECODE,
-            peek=True,
-        ),
-        Case(
-            "sni_with_nul",
-            _replace(_hello(), EXT_SERVER_NAME, server_name("a\x00.test")).record(),
-            UNRECOGNIZED_NAME,
-            peek=True,
-        ),
-        Case(
-            "sni_of_256_bytes",
-            _replace(_hello(), EXT_SERVER_NAME, server_name("a" * 256)).record(),
-            UNRECOGNIZED_NAME,
-            peek=True,
-        ),
+        Case("sni_type_1", _replace(_hello(), EXT_SERVER_NAME, vec16(b"\x01" + vec16(b"a.test"))).record(), DECODE,
+             peek=True),
+        Case("sni_type_1_then_host_name",
+             _replace(_hello(), EXT_SERVER_NAME, vec16(b"\x01" + vec16(b"a.test") + b"\x00" + vec16(SNI.encode())))
+             .record(), DECODE, peek=True),
+        Case("sni_two_host_names",
+             _replace(_hello(), EXT_SERVER_NAME, vec16(b"\x00" + vec16(b"a.test") + b"\x00" + vec16(b"b.test")))
+             .record(), DECODE, peek=True),
+        Case("sni_trailing_byte", _replace(_hello(), EXT_SERVER_NAME, server_name(SNI) + b"\x00").record(), DECODE,
+             peek=True),
+        Case("sni_with_nul", _replace(_hello(), EXT_SERVER_NAME, server_name("a\x00.test")).record(),
+             UNRECOGNIZED_NAME, peek=True),
+        Case("sni_of_256_bytes", _replace(_hello(), EXT_SERVER_NAME, server_name("a" * 256)).record(),
+             UNRECOGNIZED_NAME, peek=True),
         Case("sni_upper_case", _replace(_hello(), EXT_SERVER_NAME, server_name(SNI.upper())).record(), SERVERHELLO),
         Case("sni_trailing_dot", _replace(_hello(), EXT_SERVER_NAME, server_name(SNI + ".")).record(), SERVERHELLO),
         Case(
@@ -434,22 +388,9 @@ class ReferenceServer:
                 s.bind(("127.0.0.1", 0))
                 self.port = s.getsockname()[1]
             self.proc = subprocess.Popen(
-                [
-                    *self._argv,
-                    "s_server",
-                    "-accept",
-                    f"127.0.0.1:{self.port}",
-                    "-tls1_3",
-                    "-groups",
-                    "X25519MLKEM768",
-                    "-sigalgs",
-                    "mldsa65",
-                    "-www",
-                    "-cert",
-                    f"{inside}/fullchain.pem",
-                    "-key",
-                    f"{inside}/privkey.pem",
-                ],
+                [*self._argv, "s_server", "-accept", f"127.0.0.1:{self.port}", "-tls1_3",
+                 "-groups", "X25519MLKEM768", "-sigalgs", "mldsa65", "-www",
+                 "-cert", f"{inside}/fullchain.pem", "-key", f"{inside}/privkey.pem"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -73,7 +73,7 @@ def request(family: str, where: str, label: str, target: str | bytes, method: by
 def multipart(fields: list[tuple[str, bytes]], files: list[tuple[str, str, bytes, bytes]] = ()) -> bytes:
     out = b""
     for name, value in fields:
-        out += b'--%s\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n' % (BOUNDARY, name.encode(), value)
+        out += b"--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n%s\r\n" % (BOUNDARY, name.encode(), value)
     for name, filename, ctype, data in files:
         disposition = b'form-data; name="%s"; filename="%s"' % (name.encode(), filename.encode())
         part = b"Content-Disposition: %s\r\nContent-Type: %s\r\n\r\n%s" % (disposition, ctype, data)
@@ -270,7 +270,7 @@ MARKDOWN = [
     "| size | chest | waist |\n|------|-------|-------|\n| M    | 96cm  | 82cm  |\n| L    | 102cm | 88cm  |",
     "Quote from the book: \"It was the best of times, it was the worst of times\" -- Dickens, 1859.",
 ]  # fmt: skip
-RICH_TEXT = "<p>Hello <strong>world</strong>, see <em>page 2</em>.</p><ul><li>one</li><li>two</li></ul>"
+RICH_TEXT = '<p>Hello <strong>world</strong>, see <em>page 2</em>.</p><ul><li>one</li><li>two</li></ul>'
 JWT = (
     "eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCIsImtpZCI6IjNmMmExYiJ9.eyJzdWIiOiI0MiIsIm5hbWUiOiJBbm5lIE8nTmVpbCIsImlhdCI6MTcxNTAwMDAwMCwi"
     "ZXhwIjoxNzE1MDAzNjAwLCJzY29wZSI6Im9yZGVyczpyZWFkIG9yZGVyczp3cml0ZSJ9.kQ3v9Xh2_pZc8Yw1nT0sLr5bJ7mA4eUf6gHdKiOqRtS"
