@@ -28,3 +28,5 @@ class Classifier:
             self._cache.clear()
         self._cache[host] = internal
         return internal
+
+    contains = is_internal  # the same test, for a list that is not the internal one (listen.proxy_protocol_from)
