@@ -21,7 +21,6 @@ when present, is checked and a mismatch refused.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -224,11 +223,11 @@ def encode_proxy(
     family: when one is IPv6 and the other IPv4, the IPv4 one is written IPv4-mapped; IPv4-mapped IPv6 on
     both sides (a dual-stack listener's view of an IPv4 client) is written as IPv4. ``checksum`` appends a
     CRC32C TLV over the whole header."""
-    s, d = ipaddress.ip_address(src[0].split("%", 1)[0]), ipaddress.ip_address(dst[0].split("%", 1)[0])
-    if s.version == 6 and d.version == 6 and s.ipv4_mapped is not None and d.ipv4_mapped is not None:
-        s, d = s.ipv4_mapped, d.ipv4_mapped
-    if s.version == 4 and d.version == 4:
-        family, block = AF_INET, s.packed + d.packed
+    s, d = _packed(src[0]), _packed(dst[0])
+    if len(s) == len(d) == 16 and s.startswith(_V4_MAPPED) and d.startswith(_V4_MAPPED):
+        s, d = s[12:], d[12:]
+    if len(s) == len(d) == 4:
+        family, block = AF_INET, s + d
     else:
         family = AF_INET6
         block = _as_v6(s) + _as_v6(d)
@@ -241,8 +240,23 @@ def encode_local(tlvs: Iterable[tuple[int, bytes]] = (), *, checksum: bool = Fal
     return _frame(LOCAL, 0x00, b"", tlvs, checksum)
 
 
-def _as_v6(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bytes:
-    return ip.packed if ip.version == 6 else b"\x00" * 10 + b"\xff\xff" + ip.packed
+_V4_MAPPED = b"\x00" * 10 + b"\xff\xff"
+
+
+def _packed(ip: str) -> bytes:
+    """An IP literal's 4 or 16 bytes (an IPv6 zone, ``%eth0``, dropped); ValueError for anything else."""
+    try:
+        return socket.inet_pton(socket.AF_INET, ip)
+    except OSError:
+        pass
+    try:
+        return socket.inet_pton(socket.AF_INET6, ip.split("%", 1)[0])
+    except OSError:
+        raise ValueError(f"{ip!r} is not an IP address") from None
+
+
+def _as_v6(packed: bytes) -> bytes:
+    return packed if len(packed) == 16 else _V4_MAPPED + packed
 
 
 def _frame(command: int, fam: int, block: bytes, tlvs: Iterable[tuple[int, bytes]], checksum: bool) -> bytes:

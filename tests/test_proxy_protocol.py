@@ -343,6 +343,9 @@ def test_encode_checksum_and_local():
 def test_encode_refuses_a_body_its_length_cannot_say():
     with pytest.raises(ValueError):
         pp.encode_proxy(("1.2.3.4", 1), ("5.6.7.8", 2), [(0xE0, b"x" * 0xFFFF)])
+    for bad in ("nope", "1.2.3", "", "::g"):
+        with pytest.raises(ValueError):
+            pp.encode_proxy((bad, 1), ("5.6.7.8", 2))
 
 
 # ---- the fuzzer ----------------------------------------------------------------------------------------------
