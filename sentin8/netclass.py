@@ -29,4 +29,6 @@ class Classifier:
         self._cache[host] = internal
         return internal
 
-    contains = is_internal  # the same test, for a list that is not the internal one (listen.proxy_protocol_from)
+    def contains(self, host: str) -> bool:
+        """The same test, for a list that is not the internal one (``listen.proxy_protocol_from``)."""
+        return self.is_internal(host)
