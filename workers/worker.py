@@ -407,11 +407,13 @@ class Worker:
                 backend.close()
                 return False
             preface = proxy_protocol.encode_proxy(client[:2], local)
-            self.counters.inc("proxy_header_sent")
         self.counters.add_gauge("l4_active", 1)
         with contextlib.suppress(OSError):  # a client already gone: the pipe finds out on its own
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        SplicePipe(self.loop, conn, backend, self.pipes, lambda pipe: self._pipe_closed(pipe, hold)).start(preface)
+        pipe = SplicePipe(self.loop, conn, backend, self.pipes, lambda pipe: self._pipe_closed(pipe, hold))
+        pipe.start(preface)
+        if preface and not pipe.closed:
+            self.counters.inc("proxy_header_sent")  # the backend took it whole (else the pipe aborted)
         return True
 
     def _pipe_closed(self, pipe: SplicePipe, hold: Hold) -> None:
