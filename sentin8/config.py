@@ -42,6 +42,14 @@ class Listen(_Section):
     internal_l4: Annotated[
         str, doc('guaranteed-L4 listener: every connection SNI-routed and piped raw, e.g. "0.0.0.0:8443"; "" = off')
     ] = ""
+    proxy_protocol_from: Annotated[
+        list[str],
+        doc(
+            "L4 balancers (CIDRs) whose connections start with a PROXY v2 header (docs/proxy-protocol.md): from"
+            " these, listen.https and listen.internal_l4 require one and its address is the client's for every"
+            " decision; from any other source a PROXY header is refused; [] = none accepted"
+        ),
+    ] = msgspec.field(default_factory=list)
 
 
 class Fleet(_Section):
@@ -285,6 +293,9 @@ class InstanceEntry(_Section):
     port: Annotated[int, doc("its port", 9001)]
     state: Annotated[str, doc('only "Active" instances get traffic')] = "Active"
     tls: Annotated[bool, doc("L7: bridge over TLS (true) or plain TCP offload (false)")] = False
+    proxy_protocol: Annotated[
+        Literal["", "v2"], doc('"v2": an L4 pipe to it starts with a PROXY v2 header (docs/proxy-protocol.md)')
+    ] = ""
 
 
 class DomainEntry(_Section):
@@ -388,11 +399,15 @@ def _check(cfg: Config) -> None:
         if value:
             parse_hostport(value, key)
     _check_listen_overlap(cfg)
-    for i, cidr in enumerate(cfg.network.internal_cidrs):
-        try:
-            ipaddress.ip_network(cidr, strict=False)
-        except ValueError as exc:
-            raise ConfigError(f"network.internal_cidrs[{i}]: {cidr!r} is not a CIDR ({exc})") from None
+    for key, cidrs in (
+        ("network.internal_cidrs", cfg.network.internal_cidrs),
+        ("listen.proxy_protocol_from", cfg.listen.proxy_protocol_from),
+    ):
+        for i, cidr in enumerate(cidrs):
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError as exc:
+                raise ConfigError(f"{key}[{i}]: {cidr!r} is not a CIDR ({exc})") from None
     positive = {
         "fleet.drain_timeout_s": cfg.fleet.drain_timeout_s,
         "fleet.drain_idle_grace_s": cfg.fleet.drain_idle_grace_s,

@@ -28,3 +28,7 @@ class Classifier:
             self._cache.clear()
         self._cache[host] = internal
         return internal
+
+    def contains(self, host: str) -> bool:
+        """The same test, for a list that is not the internal one (``listen.proxy_protocol_from``)."""
+        return self.is_internal(host)

@@ -60,8 +60,16 @@ CONN_CAP_L4 = Refusal("refused_conn_cap_l4", "conn_cap")  # the same cap on the 
 INFLIGHT_CAP = Refusal("refused_inflight", "inflight_cap")  # limits.max_inflight_per_worker: 503
 INTERNAL_L4_SOURCE = Refusal("internal_l4_refused", "internal_l4_source")  # listen.internal_l4 from outside
 POLICY_OTHER = Refusal(None, "other")  # a policy verdict given as a bare status (a hook that only has one)
+PROXY_UNTRUSTED = Refusal("proxy_header_untrusted", "proxy_source")  # from outside listen.proxy_protocol_from
 # Refusals that are not policy blocks (counted by name only).
 BREAKER_OPEN = Refusal("refused_breaker_open", None)  # every instance's breaker open: 503 (L4: closed)
+# A trusted balancer's connection that does not start with a well-formed PROXY v2 header: closed, no answer.
+PROXY_MISSING = Refusal("proxy_header_missing", None)
+PROXY_V1 = Refusal("proxy_header_v1", None)
+PROXY_MALFORMED = Refusal("proxy_header_malformed", None)
+PROXY_OVERSIZE = Refusal("proxy_header_oversize", None)
+PROXY_TRUNCATED = Refusal("proxy_header_truncated", None)
+PROXY_TIMEOUT = Refusal("proxy_header_timeout", None)
 
 ALL: tuple[Refusal, ...] = (
     RATE_LIMIT,
@@ -74,10 +82,26 @@ ALL: tuple[Refusal, ...] = (
     INFLIGHT_CAP,
     INTERNAL_L4_SOURCE,
     POLICY_OTHER,
+    PROXY_UNTRUSTED,
     BREAKER_OPEN,
+    PROXY_MISSING,
+    PROXY_V1,
+    PROXY_MALFORMED,
+    PROXY_OVERSIZE,
+    PROXY_TRUNCATED,
+    PROXY_TIMEOUT,
 )
 
 _HEAD_CAPS = {431: HEADER_CAPS, 414: HEADER_CAPS}
+
+
+_PROXY_ERRORS = {"not_proxy": PROXY_MISSING, "v1": PROXY_V1, "oversize": PROXY_OVERSIZE}
+
+
+def for_proxy_error(reason: str) -> Refusal:
+    """What a trusted source's refused PROXY header counts as, by ``ProxyProtocolError.reason``: no header at
+    all, a v1 header and an oversized one by name, every other defect as malformed."""
+    return _PROXY_ERRORS.get(reason, PROXY_MALFORMED)
 
 
 def for_head_status(status: int) -> Refusal | None:

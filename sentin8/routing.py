@@ -21,6 +21,7 @@ class Instance(msgspec.Struct, frozen=True, array_like=True):
     state: str = "Active"
     health_ts: float | None = None  # None = no heartbeat contract (file instances): always fresh
     tls: bool = False
+    proxy_protocol: str = ""  # "v2": an L4 pipe to it starts with a PROXY v2 header; "" = none
 
 
 class Route(msgspec.Struct, frozen=True, array_like=True):

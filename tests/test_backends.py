@@ -90,8 +90,10 @@ def test_connect_first_skips_and_reports_the_unreachable():
         backends, _, counters, _ = make(order)
         loop = uvloop.new_event_loop()
         try:
-            sock = loop.run_until_complete(connect_first(loop, backends, order, 2.0))
-            assert sock is not None and sock.getpeername()[1] == live.getsockname()[1]
+            picked = loop.run_until_complete(connect_first(loop, backends, order, 2.0))
+            assert picked is not None
+            inst, sock = picked
+            assert inst is order[1] and sock.getpeername()[1] == live.getsockname()[1]
             sock.close()
             assert loop.run_until_complete(connect_first(loop, backends, order[:1], 2.0)) is None
         finally:

@@ -22,6 +22,20 @@ def test_defaults_match_the_design():
     assert cfg.limits.max_request_body_bytes == 0  # no cap: bodies stream (docs/traffic.md, "Request bodies")
     assert cfg.http2.enabled is False  # docs/http2.md: HTTP/1.1 only until it is turned on
     assert load_bytes(b"[http2]\nenabled = true\n").http2.enabled is True
+    assert cfg.listen.proxy_protocol_from == []  # no balancer trusted: a PROXY header is refused from anyone
+
+
+def test_proxy_protocol_keys():
+    cfg = load_bytes(
+        b'[listen]\nproxy_protocol_from = ["10.9.0.0/16", "2001:db8::7"]\n'
+        b'[[instances]]\nservice = "a"\nid = "x"\nhost = "1.2.3.4"\nport = 1\nproxy_protocol = "v2"\n'
+    )
+    assert cfg.listen.proxy_protocol_from == ["10.9.0.0/16", "2001:db8::7"]
+    assert cfg.instances[0].proxy_protocol == "v2"
+    assert (
+        load_bytes(b'[[instances]]\nservice = "a"\nid = "x"\nhost = "1.2.3.4"\nport = 1\n').instances[0].proxy_protocol
+        == ""
+    )
 
 
 @pytest.mark.parametrize(
@@ -36,6 +50,12 @@ def test_defaults_match_the_design():
         (b'[fleet]\nworkers = "two"\n', "fleet.workers"),
         (b"[fleet]\nworkers = -1\n", "fleet.workers"),
         (b'[network]\ninternal_cidrs = ["10.0.0.0/33"]\n', "network.internal_cidrs[0]"),
+        (b'[listen]\nproxy_protocol_from = ["10.0.0.0/8", "lb.example"]\n', "listen.proxy_protocol_from[1]"),
+        (b'[listen]\nproxy_protocol_from = "10.0.0.0/8"\n', "listen.proxy_protocol_from"),
+        (
+            b'[[instances]]\nservice = "a"\nid = "x"\nhost = "1.2.3.4"\nport = 1\nproxy_protocol = "v1"\n',
+            "instances[0].proxy_protocol",
+        ),
         (b'[sources]\nregistry = "etcd"\n', "sources.registry"),
         (b"[limits]\npeek_timeout_s = 0\n", "limits.peek_timeout_s"),
         (b"[limits]\nmax_request_body_bytes = -1\n", "limits.max_request_body_bytes"),

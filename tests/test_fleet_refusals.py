@@ -181,6 +181,7 @@ def test_every_refusal_path_counts_once_and_the_total_is_the_sum_of_the_kinds(
             "inflight_cap": 1,
             "internal_l4_source": 1,
             "other": 0,
+            "proxy_source": 0,
         }
         assert stats["policy_blocked"] == sum(kinds.values()) == 10
         named = (

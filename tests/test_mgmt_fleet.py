@@ -121,7 +121,8 @@ def test_health_backends_and_mappings(fleet, web):
     status, backends = mc.get_json(url, "/backends", tok)
     rows = {r["id"]: r for r in backends["services"]["web"]}
     assert rows["web-1"] == {"id": "web-1", "host": "127.0.0.1", "port": web.port, "state": "Active",
-                             "health_age_s": None, "fresh": True, "suspect": None, "tls": False}
+                             "health_age_s": None, "fresh": True, "suspect": None, "tls": False,
+                             "proxy_protocol": ""}
     assert rows["web-2"]["fresh"] is False
     status, maps = mc.get_json(url, "/mappings", tok)
     assert maps["total"] == 2

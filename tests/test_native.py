@@ -100,6 +100,7 @@ def test_compiled_modules_take_what_their_callers_pass():
 
     assert isinstance(clienthello.parse(b"\x16\x03\x01\x00"), clienthello.Incomplete)
     assert netclass.Classifier(["10.0.0.0/8"]).is_internal("10.1.2.3")
+    assert netclass.Classifier(["198.18.7.0/24"]).contains("::ffff:198.18.7.9")  # listen.proxy_protocol_from
     assert tokenbucket.take(2 * tokenbucket.UNIT) == (True, tokenbucket.UNIT)
     assert framing.split_host(b"Example.COM.:8443") == "example.com"
     assert headers.response_headers([(b"Connection", b"close"), (b"A", b"b")]) == [(b"A", b"b")]

@@ -72,3 +72,15 @@ def test_the_head_caps_are_policy_blocks(status, refusal):
 @pytest.mark.parametrize("status", [400, 405, 408, 413, 501, 505])
 def test_a_malformed_head_is_no_policy_block(status):
     assert for_head_status(status) is None
+
+
+def test_proxy_header_errors_map_to_their_refusals():
+    from sentin8 import proxy_protocol
+
+    assert refusals.for_proxy_error("not_proxy") is refusals.PROXY_MISSING
+    assert refusals.for_proxy_error("v1") is refusals.PROXY_V1
+    assert refusals.for_proxy_error("oversize") is refusals.PROXY_OVERSIZE
+    others = set(proxy_protocol.REASONS) - {"not_proxy", "v1", "oversize"}
+    assert {refusals.for_proxy_error(r) for r in others} == {refusals.PROXY_MALFORMED}
+    assert refusals.PROXY_UNTRUSTED.names == ("proxy_header_untrusted", "policy_block_proxy_source", "policy_blocked")
+    assert all(r.kind is None for r in (refusals.PROXY_MISSING, refusals.PROXY_TIMEOUT, refusals.PROXY_TRUNCATED))

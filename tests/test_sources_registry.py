@@ -31,6 +31,13 @@ def test_parse_entry_accepts_bytes_int_timestamp_and_missing_tls() -> None:
     assert inst.tls is False
 
 
+def test_proxy_protocol_is_optional_and_old_records_mean_none() -> None:
+    assert parse_entry("web", "w", entry()).proxy_protocol == ""  # a record from before the field
+    assert parse_entry("web", "w", entry(proxy_protocol=None)).proxy_protocol == ""
+    assert parse_entry("web", "w", entry(proxy_protocol="")).proxy_protocol == ""
+    assert parse_entry("web", "w", entry(proxy_protocol="v2")).proxy_protocol == "v2"
+
+
 def test_parse_entry_keeps_non_active_states_for_selection_to_judge() -> None:
     assert parse_entry("web", "w", entry(state="Draining")).state == "Draining"
 
@@ -61,6 +68,11 @@ def test_parse_entry_keeps_non_active_states_for_selection_to_judge() -> None:
         '{"host": "10.0.0.1", "port": 1, "state": "Active", "health_ts": Infinity}',
         entry(tls="yes"),
         entry(tls=1),
+        entry(proxy_protocol="v1"),
+        entry(proxy_protocol="V2"),
+        entry(proxy_protocol=2),
+        entry(proxy_protocol=True),
+        entry(proxy_protocol=["v2"]),
         b"\xff\xfe not utf-8",
     ],
 )

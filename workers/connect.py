@@ -32,10 +32,10 @@ def literal_family(host: str) -> int | None:
 
 async def connect_first(
     loop: asyncio.AbstractEventLoop, backends: Backends, order: list[Instance], timeout: float
-) -> socket.socket | None:
-    """The first instance of ``order`` that accepts a TCP connection; each one that does not is reported to
-    ``backends`` (suspect for every worker, counted, a failure for its breaker), the one that does as a
-    success. None when none answers."""
+) -> tuple[Instance, socket.socket] | None:
+    """The first instance of ``order`` that accepts a TCP connection, with its socket; each one that does
+    not is reported to ``backends`` (suspect for every worker, counted, a failure for its breaker), the one
+    that does as a success. None when none answers."""
     for inst in order:
         try:
             sock = await connect_tcp(loop, inst.host, inst.port, timeout)
@@ -43,7 +43,7 @@ async def connect_first(
             backends.failed(inst)
             continue
         backends.result(inst.id, True)
-        return sock
+        return inst, sock
     return None
 
 

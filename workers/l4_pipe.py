@@ -177,7 +177,18 @@ class SplicePipe:
         self.upstream = _Direction(self, client, backend, pipes)
         self.downstream = _Direction(self, backend, client, pipes)
 
-    def start(self) -> None:
+    def start(self, preface: bytes = b"") -> None:
+        """Start both directions. ``preface`` (a PROXY v2 header) reaches the backend before any client byte:
+        written at once, since a freshly connected socket's send buffer is empty and a header is a few dozen
+        bytes; a backend that cannot take it whole (reset already) aborts the pipe, never a blocking write."""
+        if preface:
+            try:
+                sent = self.backend.send(preface)
+            except OSError:
+                sent = -1
+            if sent != len(preface):
+                self.abort()
+                return
         self.upstream.start()
         self.downstream.start()
 

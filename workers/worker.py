@@ -18,7 +18,7 @@ import setproctitle
 import uvloop
 from OpenSSL import SSL
 
-from sentin8 import lifecycle, refusals, routing, session_tickets, tls
+from sentin8 import lifecycle, proxy_protocol, refusals, routing, session_tickets, tls
 from sentin8.backends import Backends
 from sentin8.breaker import BreakerRules
 from sentin8.certpair import ServerCert
@@ -29,7 +29,7 @@ from sentin8.holds import Hold, OpenConnections
 from sentin8.metrics.scales import handshake_reason
 from sentin8.netclass import Classifier
 from sentin8.policy import EdgePolicy
-from sentin8.routing import RoutingTable
+from sentin8.routing import Instance, RoutingTable
 from sentin8.selection import Selector
 from sentin8.shm.policy import PolicyCache
 from sentin8.shm.snapshot import SnapshotCache
@@ -42,7 +42,7 @@ from .l7 import L7Bridge, PlainHTTPListener
 from .l7.h2.connection import H2Bridge
 from .l7_context import WorkerL7Context
 from .listener import bind_reuseport
-from .peek import PeekFailed, peek_client_hello
+from .peek import PeekFailed, peek_client_hello, read_proxy_header
 from .tls_layer import TLSServerProtocol
 
 ACCEPT_BATCH = 64
@@ -78,6 +78,8 @@ class Worker:
         )
         self.conncap = shared.connection_counts(slot)
         self.classifier = Classifier(cfg.network.internal_cidrs)
+        # the balancers whose connections start with a PROXY v2 header (None: no one's do)
+        self.proxy_sources = Classifier(cfg.listen.proxy_protocol_from) if cfg.listen.proxy_protocol_from else None
         self.pipes = PipePool()
         self.policy = EdgePolicy(cfg.policy, shared.buckets())
         # its values: the config's [policy] with the runtime overlay the management API publishes in shm on top
@@ -229,15 +231,34 @@ class Worker:
     async def _handle(self, conn: socket.socket, addr: tuple, hold: Hold, *, guaranteed_l4: bool = False) -> None:
         """One connection on listen.https, or on listen.internal_l4 (``guaranteed_l4``): there every
         connection is SNI-routed and piped raw, never decrypted, whatever its source; a source outside
-        network.internal_cidrs is refused before a byte is read unless internal_l4_any_source allows it."""
+        network.internal_cidrs is refused before a byte is read unless internal_l4_any_source allows it.
+
+        From a balancer of listen.proxy_protocol_from the connection starts with a PROXY v2 header, read first
+        (within the same peek deadline as the ClientHello): from then on ``addr`` is the client it names, for
+        every decision below and in the bridge; a LOCAL header leaves the balancer's own address."""
         handed_off = False
         over_cap = False
         try:
+            limits = self.cfg.limits
+            deadline = self.loop.time() + limits.peek_timeout_s
+            trusted = self.proxy_sources is not None and self.proxy_sources.contains(addr[0])
+            local: tuple | None = None  # where the client connected to, when a PROXY header said so
+            if trusted:
+                try:
+                    header = await read_proxy_header(self.loop, conn, deadline)
+                except PeekFailed as exc:
+                    self._peek_failed(exc)
+                    return
+                client = header.client()
+                if client is None:
+                    self.counters.inc("proxy_header_local")  # a health check: served as from the balancer
+                else:
+                    self.counters.inc("proxy_header_ok")
+                    addr, local = client, header.destination()
             internal = self.classifier.is_internal(addr[0])
             if guaranteed_l4 and not internal and not self.cfg.network.internal_l4_any_source:
                 self.counters.refused(refusals.INTERNAL_L4_SOURCE)
                 return
-            limits = self.cfg.limits
             if limits.max_connections_per_ip:
                 ip = addr[0]
                 if self.conncap.acquire(ip, limits.max_connections_per_ip):
@@ -245,9 +266,11 @@ class Worker:
                 else:
                     over_cap = True
             try:
-                hello = await peek_client_hello(self.loop, conn, limits.peek_max_bytes, limits.peek_timeout_s)
+                hello = await peek_client_hello(
+                    self.loop, conn, limits.peek_max_bytes, deadline - self.loop.time(), refuse_proxy=not trusted
+                )
             except PeekFailed as exc:
-                self.counters.inc(exc.reason)
+                self._peek_failed(exc)
                 return
             self.counters.traffic(not internal)
             if guaranteed_l4:
@@ -255,7 +278,7 @@ class Worker:
                     self.counters.refused(refusals.CONN_CAP_L4)
                     return
                 self.counters.inc("connections_internal_l4")
-                handed_off = await self._serve_l4(conn, hello.sni, hold)
+                handed_off = await self._serve_l4(conn, hello.sni, hold, addr, local)
                 return
             if not internal:
                 if over_cap:
@@ -266,7 +289,7 @@ class Worker:
                 self.counters.refused(refusals.CONN_CAP_L4)
                 return
             self.counters.inc("connections_l4")
-            handed_off = await self._serve_l4(conn, hello.sni, hold)
+            handed_off = await self._serve_l4(conn, hello.sni, hold, addr, local)
         except Exception as exc:  # a bug must cost one connection, never the worker
             # the type and where it was raised, not its text: an exception message may quote client bytes
             tb = exc.__traceback__
@@ -278,6 +301,12 @@ class Worker:
             if not handed_off:
                 conn.close()
                 hold.release()  # with its cap place; a no-op when a half-done hand-off already released it
+
+    def _peek_failed(self, exc: PeekFailed) -> None:
+        if exc.refusal is not None:
+            self.counters.refused(exc.refusal)
+        else:
+            self.counters.inc(exc.reason)
 
     async def serve_external(self, conn: socket.socket, addr: tuple, hold: Hold, over_cap: bool = False) -> bool:
         """External: terminate PQ TLS (certificate per SNI, bootstrap when none) and bridge at L7. The peeked
@@ -359,7 +388,12 @@ class Worker:
         event("ticket_keys_per_worker", "warning", reason="the bundled OpenSSL's ticket-key hook is unreachable")
         return None
 
-    async def _serve_l4(self, conn: socket.socket, sni: str | None, hold: Hold) -> bool:
+    async def _serve_l4(
+        self, conn: socket.socket, sni: str | None, hold: Hold, client: tuple, local: tuple | None = None
+    ) -> bool:
+        """Pipe raw to the route's first answering instance. One whose ``proxy_protocol`` is "v2" first gets a
+        PROXY v2 header: ``client`` (the peer, or the client a trusted balancer named) to ``local`` (the
+        balancer's destination, else the address this connection reached)."""
         if sni is None:
             self.counters.inc("no_sni")
             return False
@@ -369,14 +403,26 @@ class Worker:
             self.counters.inc("unknown_sni")  # fail closed: never a default mapping
             return False
         self.counters.l4_connection(route.sidx)
-        backend = await self.connect_backend(route.service, table)
-        if backend is None:
+        picked = await self.connect_backend(route.service, table)
+        if picked is None:
             return False
+        inst, backend = picked
+        preface = b""
+        if inst.proxy_protocol == "v2":
+            try:
+                local = local or conn.getsockname()[:2]
+            except OSError:  # the client is gone already
+                backend.close()
+                return False
+            preface = proxy_protocol.encode_proxy(client[:2], local)
         self.counters.add_gauge("l4_active", 1)
         with contextlib.suppress(OSError):  # a client already gone: the pipe finds out on its own
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sidx = route.sidx
-        SplicePipe(self.loop, conn, backend, self.pipes, lambda pipe: self._pipe_closed(pipe, hold, sidx)).start()
+        pipe = SplicePipe(self.loop, conn, backend, self.pipes, lambda pipe: self._pipe_closed(pipe, hold, sidx))
+        pipe.start(preface)
+        if preface and not pipe.closed:
+            self.counters.inc("proxy_header_sent")  # the backend took it whole (else the pipe aborted)
         return True
 
     def _pipe_closed(self, pipe: SplicePipe, hold: Hold, sidx: int) -> None:
@@ -386,7 +432,7 @@ class Worker:
 
     # ---- backends ------------------------------------------------------------------------------------
 
-    async def connect_backend(self, service: str, table: RoutingTable) -> socket.socket | None:
+    async def connect_backend(self, service: str, table: RoutingTable) -> tuple[Instance, socket.socket] | None:
         """Connect to the first candidate that answers; each failure marks a suspect for every worker."""
         order = self.backends.candidates(service, table)
         if not order:

@@ -102,8 +102,13 @@ _INSTANCE = {
         "fresh": {"type": "boolean"},
         "suspect": {**_NULLABLE_NUM, "description": "seconds left on a suspect mark, null when not suspect"},
         "tls": {"type": "boolean"},
+        "proxy_protocol": {
+            "type": "string",
+            "enum": ["", "v2"],
+            "description": "v2: an L4 pipe to it starts with a PROXY v2 header",
+        },
     },
-    "required": ["id", "host", "port", "state", "health_age_s", "fresh", "suspect", "tls"],
+    "required": ["id", "host", "port", "state", "health_age_s", "fresh", "suspect", "tls", "proxy_protocol"],
 }
 _MAPPING = {
     "type": "object",

@@ -118,6 +118,7 @@ def backends(
                     "fresh": inst.id in fresh_ids,
                     "suspect": round((until - now_us) / 1e6, 3) if until > now_us else None,
                     "tls": inst.tls,
+                    "proxy_protocol": inst.proxy_protocol,
                 }
             )
         out[service] = rows

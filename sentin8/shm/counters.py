@@ -199,6 +199,20 @@ NAMES: tuple[str, ...] = (
     "routing_cache_invalid",  # a cache file found at a cold start but ignored: torn, foreign, another version
     "routing_cache_writes",  # complete, fresh tables written to the cache file
     "routing_cache_write_errors",  # a cache write that failed (full disk, permissions): routing unaffected
+    # PROXY protocol v2 (issue 20: sentin8/proxy_protocol.py; refusals in sentin8/refusals.py). In: from
+    # listen.proxy_protocol_from every connection starts with a header, else it is closed
+    "proxy_header_ok",  # a PROXY header naming the client: its address is the client's for every decision
+    "proxy_header_local",  # a LOCAL header (the balancer's health check), or one naming no IP client: the balancer's
+    "proxy_header_missing",  # a trusted source whose connection does not start with a PROXY header
+    "proxy_header_v1",  # a version 1 (text) header from a trusted source: only v2 is accepted
+    "proxy_header_malformed",  # a v2 header the parser refuses (version, command, family, length, TLV, CRC32C)
+    "proxy_header_oversize",  # a header announcing more than it may be (sentin8.proxy_protocol.MAX_BYTES)
+    "proxy_header_truncated",  # the peer closed before its header was whole
+    "proxy_header_timeout",  # the header not whole within limits.peek_timeout_s
+    "proxy_header_untrusted",  # a PROXY header (v1 or v2) from outside listen.proxy_protocol_from
+    "policy_block_proxy_source",  # the same, as a policy-block kind
+    # out: an instance's proxy_protocol = "v2"
+    "proxy_header_sent",  # L4 pipes that started with a PROXY v2 header to their backend
 )
 GAUGES = ("l4_active", "active_connections", "open_connections")
 MAX_COUNTERS = 256  # room for the names other features add; the last three words are the block's own

@@ -14,7 +14,7 @@ from . import Publish
 
 
 def file_instances(cfg: Config) -> list[Instance]:
-    return [Instance(i.id, i.service, i.host, i.port, i.state, None, i.tls) for i in cfg.instances]
+    return [Instance(i.id, i.service, i.host, i.port, i.state, None, i.tls, i.proxy_protocol) for i in cfg.instances]
 
 
 def file_routes(cfg: Config) -> list[Route]:

@@ -1,7 +1,9 @@
 """The Valkey registry (Captain): ``captain:svc:<service>`` hashes -> ``list[Instance]``.
 
 Each hash field is an instance id, each value a JSON object
-``{"host": "10.1.2.3", "port": 8443, "state": "Active", "health_ts": 1764460000.25, "tls": true}``.
+``{"host": "10.1.2.3", "port": 8443, "state": "Active", "health_ts": 1764460000.25, "tls": true}``, optionally
+with ``"proxy_protocol": "v2"`` (an L4 pipe to the instance starts with a PROXY v2 header; absent, null or ""
+= none, so records written before the field existed mean what they always meant).
 Parsing is sans-IO (``parse_registry``); ``load_registry`` only fetches (SCAN + pipelined HGETALL).
 A malformed entry is skipped and counted, never fatal: one bad write by one service must not take the
 routing of every other service down with it.
@@ -20,6 +22,7 @@ from ..routing import Instance
 
 KEY_PREFIX = "captain:svc:"
 CHANGED_CHANNEL = "captain:changed"
+PROXY_PROTOCOLS = ("", "v2")  # an instance's proxy_protocol: none, or a PROXY v2 header on its L4 pipes
 
 _MAX_ERRORS_KEPT = 20  # enough to diagnose; a flood of bad entries must not grow status() without bound
 
@@ -74,7 +77,12 @@ def parse_entry(service: str, instance_id: str, raw: str | bytes) -> Instance:
     tls = doc.get("tls", False)
     if not isinstance(tls, bool):
         raise MalformedEntry(f"tls {tls!r} is not a boolean")
-    return Instance(instance_id, service, host, port, state, float(health_ts), tls)
+    proxy_protocol = doc.get("proxy_protocol")
+    if proxy_protocol is None:
+        proxy_protocol = ""
+    elif not isinstance(proxy_protocol, str) or proxy_protocol not in PROXY_PROTOCOLS:
+        raise MalformedEntry(f'proxy_protocol {proxy_protocol!r} is not "v2" (or absent)')
+    return Instance(instance_id, service, host, port, state, float(health_ts), tls, proxy_protocol)
 
 
 def parse_registry(hashes: Mapping[str | bytes, Mapping[str | bytes, str | bytes]]) -> RegistryLoad:
