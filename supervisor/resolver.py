@@ -17,6 +17,8 @@ from sentin8.shm.state import SharedState
 from sentin8.sources import SourceRunner
 from sentin8.sources.files import FileRunner
 
+from . import cluster_sync
+
 
 def make_runner(cfg: Config, config_path: str | None) -> SourceRunner:
     if cfg.sources.registry == "file" and cfg.sources.domains == "file":
@@ -64,9 +66,11 @@ class Resolver:
             loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
         task = loop.create_task(make_runner(self.cfg, self.config_path).run(self.publish, reload))
         metrics = self._metrics_task(loop)
+        cluster = cluster_sync.start(self.cfg, self.shared, loop)  # cluster mode's limiter syncer, or None
         await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)
-        if metrics is not None:
-            metrics.cancel()
+        for side_task in (metrics, cluster):
+            if side_task is not None:
+                side_task.cancel()
         if task.done():
             task.result()  # a runner never returns on its own: surface why, the supervisor restarts us
             return 1

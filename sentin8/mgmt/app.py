@@ -165,6 +165,7 @@ class MgmtApp:
             self.clock(),
             VERSION,
             tls=self.tls_health(),
+            cluster=self.shared.cluster_health(),
         )
         return JSONResponse(body, status_code=code, headers={"Cache-Control": "no-store"})
 

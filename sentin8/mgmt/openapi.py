@@ -78,6 +78,15 @@ _HEALTH = {
         "active_connections": {"type": "integer"},
         "workers": {"type": "integer"},
         "tls": {"type": "object"},
+        "cluster": {
+            "type": "object",
+            "properties": {
+                "enabled": {"type": "boolean"},
+                "limiter": {"type": "string", "enum": ["local", "global", "local-fallback"]},
+                "ticket_keys": {"type": "string", "enum": ["shared", "local"]},
+                "hosts_seen": {"type": "integer"},
+            },
+        },
     },
     "required": [
         "status",
