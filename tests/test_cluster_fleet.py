@@ -27,7 +27,7 @@ GET = b"GET /x HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n"
 
 def _fleet(tmp_path: Path, name: str, web, valkey_url: str | None, secret: str) -> Fleet:
     workdir = tmp_path / name
-    workdir.mkdir()
+    workdir.mkdir(exist_ok=True)
     cluster = f'[cluster]\nenabled = true\nvalkey_url = "{valkey_url}"\nnode_id = "{name}"\n' if valkey_url else ""
     body = f"""
 [policy]
@@ -148,9 +148,9 @@ def test_control_without_cluster_mode_two_hosts_admit_2r(external_host, hosts): 
 
 
 def test_valkey_killed_under_load_falls_back_then_is_global_again_without_a_storm(
-    external_host,
+    external_host,  # noqa: F811
     hosts,
-    redis_server,  # noqa: F811
+    redis_server,
 ):
     client = Client(external_host, hosts)
     client.run(4 * R, 1.5)
