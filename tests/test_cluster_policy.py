@@ -85,6 +85,7 @@ def test_a_put_on_one_host_is_enforced_by_the_other_within_a_second(pair, redis_
     shared_at = a.events("policy_shared")[-1]["ts"]
     adopted_at = b.events("policy_adopted")[-1]["ts"]
     assert 0 <= adopted_at - shared_at < 1.0, (shared_at, adopted_at)
+    print(f"policy propagation A -> B: {adopted_at - shared_at:.3f} s")
     assert _policy(b)["version"] == view["version"] and _policy(b)["set_by"] == "a"
     # concurrent changes: both hosts end on the one with the higher version
     _put(a, {"rate_limit_rps": 7})
