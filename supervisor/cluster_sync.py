@@ -139,11 +139,10 @@ class LimitSyncer:
             t0 = time.monotonic()
             keys = [limiter_script.bucket_key(self.cluster_id, p.key_hash) for p in batch]
             args = limiter_script.sync_args(rate, full_u, floor_u, [p.sent * UNIT for p in batch])
-            levels = await self._call(self._sync, keys, args)
+            levels = limiter_script.sync_levels(await self._call(self._sync, keys, args))
             self.round_trips.append(time.monotonic() - t0)
-            clock_us = self._clock_us
-            for p, level in zip(batch, levels, strict=True):
-                self.buckets.write_back(p.slot, p.key_hash, p.count, int(level), clock_us)
+            items = [(p.slot, p.key_hash, p.count, level) for p, level in zip(batch, levels, strict=True)]
+            self.buckets.write_back(items, self._clock_us)
             self.book.synced(batch, now)
             largest = max(largest, len(batch))
         self.last_ok = now

@@ -22,7 +22,7 @@ from typing import NamedTuple
 from ..tokenbucket import UNIT
 
 MAX_BATCH_KEYS = 512  # keys per Valkey round trip (one script call)
-MAX_BATCHES = 4  # round trips per sync interval: at most 2048 keys per interval, the rest waits queued
+MAX_BATCHES = 2  # round trips per sync interval: at most 1024 keys (~20 ms of CPU) per interval, the rest waits
 RECENT_S = 1.0  # a key synced this recently stays synced while it moves (it is contended somewhere)
 MATTERS_BELOW = 0.5  # a key whose replica fell below this share of its burst is worth a round trip
 

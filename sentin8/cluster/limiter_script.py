@@ -22,6 +22,8 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local rate = tonumber(ARGV[1])
 local full = tonumber(ARGV[2])
 local floor = -tonumber(ARGV[3])
+local sent = {}
+for n in string.gmatch(ARGV[4], '[^,]+') do sent[#sent + 1] = tonumber(n) end
 local out = {}
 for i, key in ipairs(KEYS) do
   local v = redis.call('HMGET', key, 'l', 't')
@@ -31,12 +33,13 @@ for i, key in ipairs(KEYS) do
     local dt = now - tonumber(v[2])
     if dt > 0 then level = math.min(full, level + math.floor(dt * rate)) end
   end
-  level = math.max(floor, level - tonumber(ARGV[3 + i]))
-  redis.call('HSET', key, 'l', string.format('%d', level), 't', string.format('%d', now))
+  level = math.max(floor, level - sent[i])
+  local text = string.format('%d', level)
+  redis.call('HSET', key, 'l', text, 't', string.format('%d', now))
   redis.call('PEXPIRE', key, math.ceil(math.max(0, full - level) / rate / 1000) + 1000)
-  out[i] = level
+  out[i] = text
 end
-return out
+return table.concat(out, ',')
 """
 
 HEARTBEAT = """
@@ -63,5 +66,12 @@ def hosts_key(cluster_id: str) -> str:
 
 def sync_args(rate: float, full_u: int, floor_u: int, sent_u: list[int]) -> list[str]:
     """ARGV for ``SYNC``: the rate (µ-units per µs = tokens per second), the burst and the debt floor in
-    µ-units, then one admitted amount (µ-units) per key."""
-    return [repr(float(rate)), str(full_u), str(floor_u), *(str(n) for n in sent_u)]
+    µ-units, then the admitted amounts (µ-units), one per key, as one comma-separated argument (one string to
+    encode and one to parse instead of one per key: the syncer's CPU per key is what bounds a flood)."""
+    return [repr(float(rate)), str(full_u), str(floor_u), ",".join(map(str, sent_u))]
+
+
+def sync_levels(reply: bytes | str) -> list[int]:
+    """``SYNC``'s answer: the new global levels (µ-units), in the order of the keys."""
+    text = reply.decode() if isinstance(reply, bytes) else reply
+    return [int(x) for x in text.split(",")] if text else []

@@ -171,18 +171,27 @@ class BucketTable:
                 fcntl.lockf(self.lock_fd, fcntl.LOCK_UN, 1, stripe)
         return out
 
-    def write_back(self, slot: int, key_hash_: int, count: int, global_u: int, clock_us: Callable[[], int]) -> bool:
-        """Make a slot a replica of the global level again: ``global_u`` less what the slot admitted after its
-        count ``count`` was read. False when another key took the slot meanwhile (nothing written)."""
-        stripe = slot // self.per_stripe
-        i = slot * WORDS
-        fcntl.lockf(self.lock_fd, fcntl.LOCK_EX, 1, stripe)
-        try:
-            if self._w[i] != key_hash_:
-                return False
-            since = (self._w[i + 3] & COUNT) - count
-            self._s[i + 1] = bucket_merge.write_back(global_u, max(0, since))
-            self._w[i + 2] = max(clock_us(), self._w[i + 2])  # read under the lock, as ``decide`` does
-            return True
-        finally:
-            fcntl.lockf(self.lock_fd, fcntl.LOCK_UN, 1, stripe)
+    def write_back(self, items: list[tuple[int, int, int, int]], clock_us: Callable[[], int]) -> int:
+        """Make slots replicas of the global level again. Each item is (slot, key hash, the count read with it,
+        global level µ-units): the slot's tokens become the global level less what it admitted after its count
+        was read. One lock per stripe touched; a slot another key took meanwhile is left alone. Returns the
+        slots written."""
+        by_stripe: dict[int, list[tuple[int, int, int, int]]] = {}
+        for item in items:
+            by_stripe.setdefault(item[0] // self.per_stripe, []).append(item)
+        w, s = self._w, self._s
+        written = 0
+        for stripe, group in by_stripe.items():
+            fcntl.lockf(self.lock_fd, fcntl.LOCK_EX, 1, stripe)
+            try:
+                now_us = clock_us()  # read under the lock, as ``decide`` does
+                for slot, key_hash_, count, global_u in group:
+                    i = slot * WORDS
+                    if w[i] != key_hash_:
+                        continue
+                    s[i + 1] = bucket_merge.write_back(global_u, max(0, (w[i + 3] & COUNT) - count))
+                    w[i + 2] = max(now_us, w[i + 2])
+                    written += 1
+            finally:
+                fcntl.lockf(self.lock_fd, fcntl.LOCK_UN, 1, stripe)
+        return written
