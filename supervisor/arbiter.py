@@ -259,6 +259,7 @@ class Arbiter:
         code = 1
         try:
             signal.set_wakeup_fd(-1)
+            self.cluster_secret = b""  # no child uses it yet (the limiter needs none): keep it out of their memory
             if role != "mgmt":
                 self.mgmt_secret = b""  # only the management process needs it
                 if self.mgmt_sock is not None:
