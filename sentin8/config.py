@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import socket
 import tomllib
 from typing import Annotated, Literal
 
@@ -284,6 +285,27 @@ class SharedMemory(_Section):
     metrics_services: Annotated[int, doc('services counted by name (2..65536); beyond it they count as "_other"')] = 256
 
 
+class Cluster(_Section):
+    """Several hosts sharing state through Valkey (docs/cluster.md). Read at start: a reload keeps the values the
+    fleet started with (the shared-memory layout depends on ``enabled``)."""
+
+    enabled: Annotated[
+        bool, doc("share rate limits and runtime policy with the other hosts via Valkey (docs/cluster.md)")
+    ] = False
+    valkey_url: Annotated[str, doc('the Valkey the hosts share; "" = sources.valkey_url')] = ""
+    cluster_id: Annotated[str, doc("hosts with the same id share state")] = "default"
+    node_id: Annotated[str, doc('this host\'s name among them; "" = hostname:port of listen.https')] = ""
+    sync_interval_ms: Annotated[int, doc("rate-limit sync period (T in the bound of docs/cluster.md)")] = 50
+    fallback: Annotated[
+        Literal["per_host", "share"],
+        doc('Valkey unreachable: "per_host" = the full limit on each host, "share" = R / hosts last seen'),
+    ] = "per_host"
+    secret_env: Annotated[
+        str,
+        doc("environment variable holding the cluster secret: required when enabled, >= 32 bytes, read before fork"),
+    ] = "SENTIN8_CLUSTER_SECRET"
+
+
 class InstanceEntry(_Section):
     """``[[instances]]``: the file registry (sources.registry = "file")."""
 
@@ -324,6 +346,7 @@ class Config(_Section):
     http2: Http2 = msgspec.field(default_factory=Http2)
     log: Log = msgspec.field(default_factory=Log)
     shm: SharedMemory = msgspec.field(default_factory=SharedMemory)
+    cluster: Cluster = msgspec.field(default_factory=Cluster)
     instances: list[InstanceEntry] = msgspec.field(default_factory=list)
     domains: list[DomainEntry] = msgspec.field(default_factory=list)
 
@@ -332,6 +355,16 @@ class Config(_Section):
         if self.metrics.valkey_url:
             return self.metrics.valkey_url
         return self.sources.valkey_url if self.sources.registry == "valkey" else ""
+
+    def cluster_valkey_url(self) -> str:
+        """Where the cluster's shared state lives: ``cluster.valkey_url``, else ``sources.valkey_url``."""
+        return self.cluster.valkey_url or self.sources.valkey_url
+
+    def cluster_node_id(self) -> str:
+        """This host's name in the cluster: ``cluster.node_id``, else ``hostname:port`` of ``listen.https``."""
+        if self.cluster.node_id:
+            return self.cluster.node_id
+        return f"{socket.gethostname()}:{parse_hostport(self.listen.https, 'listen.https')[1]}"
 
     def worker_count(self) -> int:
         return self.fleet.workers or len(os.sched_getaffinity(0))
@@ -483,6 +516,7 @@ def _check(cfg: Config) -> None:
     if cfg.metrics.valkey_url and not re.match(r"(redis|rediss|unix)://", cfg.metrics.valkey_url):
         url = cfg.metrics.valkey_url
         raise ConfigError(f"metrics.valkey_url: must be a redis://, rediss:// or unix:// URL, got {url!r}")
+    _check_cluster(cfg)
     if not cfg.metrics.channel:
         raise ConfigError("metrics.channel: must not be empty")
     if bool(cfg.upstream.client_cert) != bool(cfg.upstream.client_key):
@@ -502,6 +536,23 @@ def _check(cfg: Config) -> None:
     for i, dom in enumerate(cfg.domains):
         if not _HOSTNAME.fullmatch(dom.hostname.lower()):
             raise ConfigError(f"domains[{i}].hostname: {dom.hostname!r} is not a hostname or *.wildcard")
+
+
+_CLUSTER_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
+def _check_cluster(cfg: Config) -> None:
+    cl = cfg.cluster
+    if not _CLUSTER_ID.fullmatch(cl.cluster_id):
+        raise ConfigError(f"cluster.cluster_id: 1-64 of A-Z a-z 0-9 . _ : -, got {cl.cluster_id!r}")
+    if cl.node_id and not re.fullmatch(r"[!-~]{1,128}", cl.node_id):
+        raise ConfigError(f"cluster.node_id: 1-128 printable characters without spaces, got {cl.node_id!r}")
+    if not 10 <= cl.sync_interval_ms <= 10_000:
+        raise ConfigError(f"cluster.sync_interval_ms: must be within 10..10000, got {cl.sync_interval_ms}")
+    if cl.valkey_url and not re.match(r"(redis|rediss|unix)://", cl.valkey_url):
+        raise ConfigError(f"cluster.valkey_url: must be a redis://, rediss:// or unix:// URL, got {cl.valkey_url!r}")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cl.secret_env):
+        raise ConfigError(f"cluster.secret_env: not an environment variable name: {cl.secret_env!r}")
 
 
 def _dotted(path: str) -> str:

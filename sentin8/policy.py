@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from . import refusals, tokenbucket
+from .cluster.bucket_merge import fallback_limits
 from .config import Policy
 from .refusals import Refusal
 from .shm.ratelimit import BucketTable
@@ -79,10 +80,14 @@ class EdgePolicy:
         cfg: Policy,
         buckets: BucketTable | None,
         clock: Callable[[], float] = time.time,
+        share: Callable[[], int] | None = None,
     ) -> None:
+        """``share``: in cluster mode, what the limit is divided by right now (1 = all of it; more while Valkey is
+        unreachable and ``cluster.fallback = "share"``), read from shared memory on each rate-limited request."""
         self.cfg = cfg
         self.buckets = buckets
         self.clock = clock
+        self.share = share
         self._engine: WafEngine | None = None
         self._engine_cfg: Policy | None = None  # the values object the engine was last checked against
         self._engine_lock = threading.Lock()
@@ -96,10 +101,15 @@ class EdgePolicy:
         if not cfg.rate_limit or self.buckets is None:
             return None
         key = rate_limit_key(cfg.rate_limit_key, client_ip, host)
-        ok, tokens_u, _ = self.buckets.decide(key, self._clock_us, cfg.rate_limit_rps, cfg.rate_limit_burst)
+        rate, burst = cfg.rate_limit_rps, cfg.rate_limit_burst
+        if self.share is not None:
+            hosts = self.share()
+            if hosts > 1:
+                rate, burst = fallback_limits(rate, burst, "share", hosts)
+        ok, tokens_u, _ = self.buckets.decide(key, self._clock_us, rate, burst)
         if ok:
             return None
-        return Verdict(429, refusals.RATE_LIMIT, rate_limit_headers(cfg.rate_limit_rps, tokens_u), keep_alive=True)
+        return Verdict(429, refusals.RATE_LIMIT, rate_limit_headers(rate, tokens_u), keep_alive=True)
 
     def check(self, client_ip: str, host: str, target: bytes) -> Verdict | None:
         """The decisions made on the request head alone (the WAF waits for the body: ``waf_engine``)."""

@@ -80,6 +80,7 @@ class Arbiter:
         self._status_buf = b""
         self.mgmt_sock: socket.socket | None = None  # bound once here, inherited by every mgmt process
         self.mgmt_secret = b""
+        self.cluster_secret = b""  # cluster.secret_env, checked in _preflight (cluster mode only)
         self.signals: dict[int, Callable[[], None]] = {  # the signal table: what each one asks of the fleet
             signal.SIGCHLD: self._reap,
             signal.SIGTERM: self._on_sigterm,
@@ -140,6 +141,13 @@ class Arbiter:
         port stays bound (its process inherits it), and its JWT secret is checked here too."""
         from workers.listener import bind_reuseport
 
+        if self.cfg.cluster.enabled:  # read once, before any fork: what hosts share in Valkey is keyed by it
+            from sentin8.cluster.secret import load_secret as load_cluster_secret
+
+            try:
+                self.cluster_secret = load_cluster_secret(self.cfg.cluster, os.environ)
+            except ConfigError as exc:
+                return str(exc)
         if self.cfg.listen.mgmt:  # a config error like the others: before anything binds
             from sentin8.mgmt.credentials import load_secret  # no PyJWT: every worker is forked from here
 
@@ -216,6 +224,7 @@ class Arbiter:
 
     def _fork(self, role: str, title: str, target: Callable[[], int], cpu: int | None = None) -> int:
         def before() -> None:
+            self.cluster_secret = b""  # no child uses it yet (the limiter needs none): keep it out of their memory
             if role != "mgmt":
                 self.mgmt_secret = b""  # only the management process needs it
                 if self.mgmt_sock is not None:

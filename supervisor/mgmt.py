@@ -96,7 +96,13 @@ class MgmtProcess:
         from sentin8.mgmt.auth import Verifier  # PyJWT in this process only (sentin8.mgmt.credentials says why)
 
         verifier = Verifier(self.secret, self.cfg.mgmt, jtis=self.shared.jti_tracker())
-        app = MgmtApp(self.cfg, self.shared, verifier, policy).starlette()
+        sync = None
+        if self.cfg.cluster.enabled:  # runtime policy across hosts (docs/cluster.md)
+            from sentin8.mgmt.policy_sync import PolicySync
+
+            cl = self.cfg.cluster
+            sync = PolicySync(policy, self.cfg.cluster_valkey_url(), cl.cluster_id, self.cfg.cluster_node_id())
+        app = MgmtApp(self.cfg, self.shared, verifier, policy, policy_sync=sync).starlette()
         stopping = asyncio.Event()
         config = uvicorn.Config(
             _CloseWhenStopping(app, stopping),
@@ -109,5 +115,13 @@ class MgmtProcess:
             limit_concurrency=256,  # past this, 503 at once rather than an unbounded queue
         )
         server = _StoppingServer(config, stopping)
-        uvloop.run(server.serve(sockets=[self.sock]))
+        uvloop.run(self._serve(server, sync))
         return 0
+
+    async def _serve(self, server: uvicorn.Server, sync: Any) -> None:
+        task = asyncio.get_running_loop().create_task(sync.run()) if sync is not None else None
+        try:
+            await server.serve(sockets=[self.sock])
+        finally:
+            if task is not None:
+                task.cancel()

@@ -24,7 +24,7 @@ from sentin8.sources import SourceRunner, lastknown
 from sentin8.sources.files import FileRunner
 from sentin8.sources.lastknown import LastKnown
 
-from . import routing_cache
+from . import cluster_sync, routing_cache
 
 
 def has_live_source(cfg: Config) -> bool:
@@ -123,9 +123,11 @@ class Resolver:
         runner = make_runner(self.cfg, self.config_path, seed)
         task = loop.create_task(runner.run(self.publish, reload))
         metrics = self._metrics_task(loop)
+        cluster = cluster_sync.start(self.cfg, self.shared, loop)  # cluster mode's limiter syncer, or None
         await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)
-        if metrics is not None:
-            metrics.cancel()
+        for side_task in (metrics, cluster):
+            if side_task is not None:
+                side_task.cancel()
         if task.done():
             task.result()  # a runner never returns on its own: surface why, the supervisor restarts us
             return 1

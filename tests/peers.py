@@ -262,11 +262,13 @@ class Fleet:
         port: int | None = None,
         args: tuple[str, ...] = (),
         launcher: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         """``mgmt``: run the management API on a loopback port (``mgmt_url``; an int: that port) with a fresh secret
         (``secret``); otherwise ``listen.mgmt = ""``. ``fleet``: more keys of the [fleet] section; ``port``: share
         another fleet's port (with ``args=("--beside-running-fleet",)``); ``launcher``: a command that execs the
-        rest (``unshare …``), so that the supervisor keeps the process's pid."""
+        rest (``unshare …``), so that the supervisor keeps the process's pid; ``env``: more environment
+        variables."""
         self.workdir = workdir
         self.port = port or free_port(host)
         self.secret = secrets.token_urlsafe(36)
@@ -303,7 +305,7 @@ state_dir = "{workdir}/state"
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "SENTIN8_MGMT_JWT_SECRET": self.secret},
+            env={**os.environ, "SENTIN8_MGMT_JWT_SECRET": self.secret, **(env or {})},
             preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))) if nofile else None,
         )
         wait_until(lambda: self.saw("ready") or self.proc.poll() is not None, 20, what="fleet ready")

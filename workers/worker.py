@@ -81,7 +81,10 @@ class Worker:
         # the balancers whose connections start with a PROXY v2 header (None: no one's do)
         self.proxy_sources = Classifier(cfg.listen.proxy_protocol_from) if cfg.listen.proxy_protocol_from else None
         self.pipes = PipePool()
-        self.policy = EdgePolicy(cfg.policy, shared.buckets())
+        cluster = shared.cluster_status()  # cluster mode: the share of the limit while Valkey is unreachable
+        self.policy = EdgePolicy(
+            cfg.policy, shared.buckets(), share=(lambda: cluster.share) if shared.cluster_enabled else None
+        )
         # its values: the config's [policy] with the runtime overlay the management API publishes in shm on top
         self.policy_values = PolicyCache(shared.policy_reader(), cfg.policy)
         self.cert_report = shared.cert_report_writer(slot)

@@ -126,6 +126,7 @@ class SharedCountersCollector(Collector):
         self.routes = SnapshotCache(shared.snapshot_reader(), routing.decode)  # decodes only when it changed
         self.tls_dirs = shared.tls_dirs
         self._certs: CertStore | None = None
+        self.cluster = shared.cluster_status() if shared.cluster_enabled else None
 
     def collect(self) -> Iterator[Metric]:
         names = self.names.names()
@@ -186,6 +187,7 @@ class SharedCountersCollector(Collector):
         yield _new("sentin8_open_connections", value=total["open_connections"])
         yield from self._snapshot()
         yield from self._publisher()
+        yield from self._cluster()
         yield self._rss()
         yield self._certificates()
 
@@ -211,6 +213,53 @@ class SharedCountersCollector(Collector):
     def _publisher(self) -> Iterator[Metric]:
         yield _new("sentin8_metrics_documents", value=self.reader.header(c.H_PUBLISHED))
         yield _new("sentin8_metrics_publish_failures", value=self.reader.header(c.H_PUBLISH_FAILED))
+
+    def _cluster(self) -> Iterator[Metric]:
+        """Cluster mode's limiter syncer (docs/cluster.md), only when cluster mode is on."""
+        if self.cluster is None:
+            return
+        st = self.cluster.snapshot()
+        lag = st["sync_lag_s"]
+        yield GaugeMetricFamily(
+            "sentin8_cluster_limiter_global",
+            "1 while the limiter is global, 0 while it falls back to local limits",
+            value=1.0 if st["limiter"] == "global" else 0.0,
+        )
+        yield GaugeMetricFamily("sentin8_cluster_hosts_seen", "Hosts seen in the cluster (H)", value=st["hosts_seen"])
+        yield GaugeMetricFamily(
+            "sentin8_cluster_sync_lag_seconds",
+            "Since the last successful limiter sync (NaN before the first)",
+            value=float("nan") if lag is None else lag,
+        )
+        yield GaugeMetricFamily(
+            "sentin8_cluster_sync_round_trip_seconds",
+            "The last sync interval's time in Valkey round trips",
+            value=st["round_trip_s"],
+        )
+        yield GaugeMetricFamily(
+            "sentin8_cluster_sync_batch_keys",
+            "Keys in the last interval's largest sync batch (capped at 512)",
+            value=st["batch_keys"],
+        )
+        yield GaugeMetricFamily(
+            "sentin8_cluster_sync_batch_keys_max", "The largest sync batch since start", value=st["batch_keys_max"]
+        )
+        yield GaugeMetricFamily(
+            "sentin8_cluster_sync_backlog", "Moved keys left queued for the next interval", value=st["backlog"]
+        )
+        yield CounterMetricFamily("sentin8_cluster_syncs", "Successful limiter sync intervals", value=st["syncs"])
+        yield CounterMetricFamily("sentin8_cluster_keys_synced", "Keys sent to Valkey", value=st["keys_synced"])
+        yield CounterMetricFamily(
+            "sentin8_cluster_keys_skipped", "Moved keys not worth a round trip yet", value=st["keys_skipped"]
+        )
+        yield CounterMetricFamily(
+            "sentin8_cluster_sync_errors", "Failed limiter syncs (Valkey unreachable or slow)", value=st["sync_errors"]
+        )
+        yield CounterMetricFamily(
+            "sentin8_cluster_fallback_seconds",
+            "Time the limiter spent in local fallback",
+            value=st["fallback_seconds"],
+        )
 
     def _rss(self) -> Metric:
         """One series per worker index, stable across respawns and reloads (a ``pid`` label would start a new

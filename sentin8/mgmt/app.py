@@ -81,11 +81,14 @@ class MgmtApp:
         verifier: Verifier,
         policy: PolicyAdmin,
         clock: Callable[[], float] = time.time,
+        policy_sync: Any = None,
     ) -> None:
+        """``policy_sync``: cluster mode's ``PolicySync``, which publishes each change to the other hosts."""
         self.cfg = cfg
         self.shared = shared
         self.verifier = verifier
         self.policy = policy
+        self.policy_sync = policy_sync
         self.clock = clock
         self.routes = SnapshotCache(shared.snapshot_reader(), routing.decode)
         self.counters = shared.counter_reader()
@@ -170,6 +173,7 @@ class MgmtApp:
             self.clock(),
             VERSION,
             tls=self.tls_health(),
+            cluster=self.shared.cluster_health(),
         )
         return JSONResponse(body, status_code=code, headers={"Cache-Control": "no-store"})
 
@@ -225,12 +229,24 @@ class MgmtApp:
             raise OverlayError("body", "not valid JSON") from None
         view, changes = self.policy.change(body)
         event("policy_changed", sub=principal.sub, jti=principal.jti, changes=changes, generation=view["generation"])
-        return JSONResponse(view)
+        return JSONResponse(await self._share(view))
 
     async def policy_delete(self, request: Request, principal: credentials.Principal) -> Response:
         view = self.policy.reset()
         event("policy_reset", sub=principal.sub, jti=principal.jti, generation=view["generation"])
-        return JSONResponse(view)
+        return JSONResponse(await self._share(view))
+
+    async def _share(self, view: dict[str, Any]) -> dict[str, Any]:
+        """Cluster mode: publish the change to the other hosts now (bounded); unreachable, it is applied here
+        already and published by the sync task once Valkey answers (``unshared`` says so)."""
+        if self.policy_sync is None:
+            return view
+        try:
+            await self.policy_sync.push()
+        except Exception as exc:
+            event("policy_share_deferred", "warning", error=type(exc).__name__)
+            return view
+        return self.policy.get()
 
     async def metrics(self, request: Request) -> Response:
         body, content_type = exposition(self.shared, request.headers.get("accept"))

@@ -62,6 +62,9 @@ _POLICY_VIEW = {
         "overlay": _POLICY_VALUES,
         "config": _POLICY_VALUES,
         "generation": {"type": "integer"},
+        "version": {"type": "integer", "description": "the cluster publication this overlay is (0 = never shared)"},
+        "set_by": {"type": "string", "description": "the host that published that version"},
+        "unshared": {"type": "boolean", "description": "a local change not yet published to the cluster"},
     },
     "required": ["effective", "overlay", "config", "generation"],
 }
@@ -78,6 +81,15 @@ _HEALTH = {
         "active_connections": {"type": "integer"},
         "workers": {"type": "integer"},
         "tls": {"type": "object"},
+        "cluster": {
+            "type": "object",
+            "properties": {
+                "enabled": {"type": "boolean"},
+                "limiter": {"type": "string", "enum": ["local", "global", "local-fallback"]},
+                "ticket_keys": {"type": "string", "enum": ["shared", "local"]},
+                "hosts_seen": {"type": "integer"},
+            },
+        },
     },
     "required": [
         "status",

@@ -55,6 +55,7 @@ def health(
     now: float,
     version: str,
     tls: dict[str, Any] | None = None,
+    cluster: dict[str, Any] | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """(HTTP status, body). 200 while serving (``ok`` or ``stale``), 503 while ``draining`` or ``starting``,
     so a load balancer in front of several proxies can act on the status code alone."""
@@ -87,6 +88,9 @@ def health(
         "workers": workers_alive,
         # the TLS edge's own health (issue #13: certificates present but rejected, expiry) goes here
         "tls": tls if tls is not None else {},
+        # cluster mode (docs/cluster.md): whether the limiter is global or fell back, the hosts seen; never
+        # changes the status code (a host in fallback still serves, limiting alone)
+        "cluster": cluster if cluster is not None else {},
     }
     return (200 if status in ("ok", "stale") else 503), body
 

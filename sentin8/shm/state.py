@@ -6,6 +6,7 @@ from ..breaker import BreakerRules
 from ..config import Config
 from ..ticketkeys import TicketKeyRing
 from . import certreport, counters, mgmt_refusals, services, snapshot
+from . import cluster as cluster_state
 from . import fleet as fleet_state
 from . import jti as jti_region
 from . import policy as policy_region
@@ -13,7 +14,7 @@ from .breakers import BreakerTable
 from .breakers import region_bytes as breaker_bytes
 from .conncap import ConnectionCounts
 from .conncap import region_bytes as conncap_bytes
-from .ratelimit import BucketTable
+from .ratelimit import BucketTable, moved_region_bytes
 from .ratelimit import region_bytes as ratelimit_bytes
 from .region import SharedRegion
 from .suspects import SuspectTable
@@ -37,6 +38,11 @@ class SharedState:
         self.region.reserve("services", services.region_bytes(self.services))
         self.ratelimit_slots = cfg.shm.ratelimit_slots
         self.region.reserve("ratelimit", ratelimit_bytes(self.ratelimit_slots))
+        # cluster mode: the moved queues the limiter's syncer reads (docs/cluster.md); fixed at start
+        self.cluster_enabled = cfg.cluster.enabled
+        if self.cluster_enabled:
+            self.region.reserve("ratelimit_moved", moved_region_bytes(self.ratelimit_slots))
+        self.region.reserve("cluster", cluster_state.region_bytes())
         self.region.reserve("policy", policy_region.region_bytes())
         self.region.reserve("fleet", fleet_state.region_bytes())
         self.region.reserve("jti", jti_region.region_bytes())
@@ -77,7 +83,21 @@ class SharedState:
         return services.ServiceNames(self.region.view("services"), self.services)
 
     def buckets(self) -> BucketTable:
-        return BucketTable(self.region.view("ratelimit"), self.ratelimit_slots, self.ratelimit_lock_fd)
+        moved = self.region.view("ratelimit_moved") if self.cluster_enabled else None
+        return BucketTable(self.region.view("ratelimit"), self.ratelimit_slots, self.ratelimit_lock_fd, moved)
+
+    def cluster_status(self) -> cluster_state.ClusterStatus:
+        return cluster_state.ClusterStatus(self.region.view("cluster"))
+
+    def cluster_health(self) -> dict[str, object]:
+        """The ``cluster`` field of ``GET /health``."""
+        status = self.cluster_status()
+        return {
+            "enabled": self.cluster_enabled,
+            "limiter": status.limiter if self.cluster_enabled else "local",
+            "ticket_keys": "local",  # shared ticket keys are not built yet: every host keeps its own
+            "hosts_seen": status.hosts_seen if self.cluster_enabled else 1,
+        }
 
     def policy_writer(self) -> policy_region.PolicyWriter:
         return policy_region.PolicyWriter(self.region.view("policy"))
