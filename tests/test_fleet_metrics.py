@@ -155,7 +155,11 @@ def misdirected(host, fleet) -> None:
 
 
 def test_k_requests_are_exactly_k_in_the_documents_within_two_intervals(
-    external_host, fleet_factory, web, redis_server, documents  # noqa: F811
+    external_host,
+    fleet_factory,
+    web,
+    redis_server,
+    documents,  # noqa: F811
 ):
     fleet = metrics_fleet(fleet_factory, web, redis_server, documents.channel, workers=1)
     k = 25
@@ -186,12 +190,18 @@ def test_k_requests_are_exactly_k_in_the_documents_within_two_intervals(
     assert doc["v"] == 1 and doc["interval_s"] == INTERVAL and doc["pid"] > 0 and doc["host"] and doc["version"]
     assert set(doc) == {
         "v", "ts", "host", "pid", "version", "interval_s", "seq", "traffic", "requests", "latency_ms",
-        "handshake_errors", "policy_blocks", "upstream", "l4_connections",
+        "handshake_errors", "policy_blocks", "upstream", "l4_connections", "l7_connections", "h2_refusals",
     }  # fmt: skip
+    assert sum(d["l7_connections"]["h1"] for d in documents.docs) == 3  # by protocol; the classical one failed
+    assert sum(d["l7_connections"]["h2"] for d in documents.docs) == 0
 
 
 def test_sigkilled_worker_and_rolling_reload_never_lose_a_count(
-    external_host, fleet_factory, web, redis_server, documents  # noqa: F811
+    external_host,
+    fleet_factory,
+    web,
+    redis_server,
+    documents,  # noqa: F811
 ):
     fleet = metrics_fleet(fleet_factory, web, redis_server, documents.channel, workers=2)
     sent = 0
@@ -226,7 +236,12 @@ def test_sigkilled_worker_and_rolling_reload_never_lose_a_count(
 
 @pytest.mark.parametrize("access_log", [False, True])
 def test_canary_never_leaves_the_process(
-    external_host, fleet_factory, web, redis_server, documents, access_log  # noqa: F811
+    external_host,
+    fleet_factory,
+    web,
+    redis_server,
+    documents,
+    access_log,  # noqa: F811
 ):
     log = "[log]\naccess = true" if access_log else ""
     fleet = metrics_fleet(fleet_factory, web, redis_server, documents.channel, workers=1, log=log, mgmt=True)
@@ -268,7 +283,11 @@ def test_canary_never_leaves_the_process(
 
 
 def test_prometheus_scrape_matches_the_documents_and_never_goes_down(
-    external_host, fleet_factory, web, redis_server, documents  # noqa: F811
+    external_host,
+    fleet_factory,
+    web,
+    redis_server,
+    documents,  # noqa: F811
 ):
     fleet = metrics_fleet(fleet_factory, web, redis_server, documents.channel, workers=2, mgmt=True)
     wait_until(lambda: _up(fleet), 15, what="mgmt up")
@@ -320,7 +339,11 @@ def _up(fleet) -> bool:
 
 
 def test_a_valkey_outage_skips_documents_never_a_request_and_loses_no_count(
-    external_host, fleet_factory, web, redis_server, documents  # noqa: F811
+    external_host,
+    fleet_factory,
+    web,
+    redis_server,
+    documents,  # noqa: F811
 ):
     fleet = metrics_fleet(fleet_factory, web, redis_server, documents.channel, workers=1)
     keepalive_requests(external_host, fleet, 5)
@@ -344,7 +367,12 @@ def test_a_valkey_outage_skips_documents_never_a_request_and_loses_no_count(
 
 
 def test_policy_blocks_by_kind_and_l4_connections_per_service(
-    external_host, fleet_factory, web, redis_server, documents, backend_factory  # noqa: F811
+    external_host,
+    fleet_factory,
+    web,
+    redis_server,
+    documents,
+    backend_factory,  # noqa: F811
 ):
     db = backend_factory("db", "db.internal.test")
     fleet = fleet_factory(

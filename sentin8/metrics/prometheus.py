@@ -102,6 +102,20 @@ class SharedCountersCollector(Collector):
         for side in ("external", "internal"):
             connections.add_metric([side], total[f"traffic_{side}_connections"])
         yield connections
+        protocols = CounterMetricFamily(
+            "sentin8_l7_connections", "L7 client connections by the protocol ALPN chose", labels=["protocol"]
+        )
+        for proto, i in c.L7_PROTOCOLS.items():
+            protocols.add_metric([proto], words[i])
+        yield protocols
+        h2_refusals = CounterMetricFamily(
+            "sentin8_h2_refusals",
+            "HTTP/2 refusals by reason: floods, premature resets, GOAWAYs, malformed requests",
+            labels=["reason"],
+        )
+        for reason, i in c.H2_REFUSALS.items():
+            h2_refusals.add_metric([reason], words[i])
+        yield h2_refusals
         handshake = CounterMetricFamily(
             "sentin8_handshake_errors", "Failed client TLS handshakes by reason", labels=["reason"]
         )
