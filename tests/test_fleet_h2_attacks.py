@@ -96,6 +96,7 @@ class Bystander:
         lat = sorted(self.latencies)
         assert len(lat) >= 5, lat
         p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+        print(f"bystander: {len(lat)} requests, median {statistics.median(lat) * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms")
         assert p99 < P99_BOUND_S, (p99, statistics.median(lat))
 
 

@@ -155,11 +155,7 @@ def misdirected(host, fleet) -> None:
 
 
 def test_k_requests_are_exactly_k_in_the_documents_within_two_intervals(
-    external_host,
-    fleet_factory,
-    web,
-    redis_server,
-    documents,  # noqa: F811
+    external_host, fleet_factory, web, redis_server, documents  # noqa: F811
 ):
     fleet = metrics_fleet(fleet_factory, web, redis_server, documents.channel, workers=1)
     k = 25
@@ -197,11 +193,7 @@ def test_k_requests_are_exactly_k_in_the_documents_within_two_intervals(
 
 
 def test_sigkilled_worker_and_rolling_reload_never_lose_a_count(
-    external_host,
-    fleet_factory,
-    web,
-    redis_server,
-    documents,  # noqa: F811
+    external_host, fleet_factory, web, redis_server, documents  # noqa: F811
 ):
     fleet = metrics_fleet(fleet_factory, web, redis_server, documents.channel, workers=2)
     sent = 0
@@ -236,12 +228,7 @@ def test_sigkilled_worker_and_rolling_reload_never_lose_a_count(
 
 @pytest.mark.parametrize("access_log", [False, True])
 def test_canary_never_leaves_the_process(
-    external_host,
-    fleet_factory,
-    web,
-    redis_server,
-    documents,
-    access_log,  # noqa: F811
+    external_host, fleet_factory, web, redis_server, documents, access_log  # noqa: F811
 ):
     log = "[log]\naccess = true" if access_log else ""
     fleet = metrics_fleet(fleet_factory, web, redis_server, documents.channel, workers=1, log=log, mgmt=True)
@@ -283,11 +270,7 @@ def test_canary_never_leaves_the_process(
 
 
 def test_prometheus_scrape_matches_the_documents_and_never_goes_down(
-    external_host,
-    fleet_factory,
-    web,
-    redis_server,
-    documents,  # noqa: F811
+    external_host, fleet_factory, web, redis_server, documents  # noqa: F811
 ):
     fleet = metrics_fleet(fleet_factory, web, redis_server, documents.channel, workers=2, mgmt=True)
     wait_until(lambda: _up(fleet), 15, what="mgmt up")
@@ -339,11 +322,7 @@ def _up(fleet) -> bool:
 
 
 def test_a_valkey_outage_skips_documents_never_a_request_and_loses_no_count(
-    external_host,
-    fleet_factory,
-    web,
-    redis_server,
-    documents,  # noqa: F811
+    external_host, fleet_factory, web, redis_server, documents  # noqa: F811
 ):
     fleet = metrics_fleet(fleet_factory, web, redis_server, documents.channel, workers=1)
     keepalive_requests(external_host, fleet, 5)
@@ -367,12 +346,7 @@ def test_a_valkey_outage_skips_documents_never_a_request_and_loses_no_count(
 
 
 def test_policy_blocks_by_kind_and_l4_connections_per_service(
-    external_host,
-    fleet_factory,
-    web,
-    redis_server,
-    documents,
-    backend_factory,  # noqa: F811
+    external_host, fleet_factory, web, redis_server, documents, backend_factory  # noqa: F811
 ):
     db = backend_factory("db", "db.internal.test")
     fleet = fleet_factory(
