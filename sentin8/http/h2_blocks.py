@@ -17,6 +17,8 @@ from __future__ import annotations
 PREFACE_LEN = 24  # "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _HEADERS, _PUSH_PROMISE, _CONTINUATION = 0x1, 0x5, 0x9
 _END_HEADERS = 0x4
+_OPENS = frozenset((_HEADERS, _PUSH_PROMISE))  # frame types that begin a header block
+_BLOCK = frozenset((_HEADERS, _PUSH_PROMISE, _CONTINUATION))  # ... and that may end one
 
 
 class HeaderBlockWatch:
@@ -29,39 +31,86 @@ class HeaderBlockWatch:
         self.open = False
 
     def feed(self, data: bytes | bytearray | memoryview) -> bool:
-        """Follow ``data`` (the client's bytes, in order); returns ``open`` after them."""
-        view = memoryview(data)
-        at, n = 0, len(view)
-        while at < n:
-            if self._skip:
-                step = min(self._skip, n - at)
-                self._skip -= step
-                at += step
-                if not self._skip and self._ends:
-                    self._ends = False
-                    self.open = False
-                continue
-            need = 9 - len(self._head)
-            chunk = bytes(view[at : at + need])
-            at += len(chunk)
-            if len(chunk) < need:
-                self._head += chunk
-                if self._head and self._head_type_opens():
-                    self.open = True
-                break
-            head, self._head = self._head + chunk, b""
-            length = int.from_bytes(head[:3], "big")
-            kind, flags = head[3], head[4]
-            if kind in (_HEADERS, _PUSH_PROMISE):
-                self.open = True
-            if self.open and kind in (_HEADERS, _PUSH_PROMISE, _CONTINUATION) and flags & _END_HEADERS:
-                if length:
-                    self._ends = True
+        """Follow ``data`` (the client's bytes, in order); returns ``open`` after them. One step per frame
+        header: a payload is passed over by its length, never looked at."""
+        d = data if isinstance(data, bytes | bytearray) else bytes(data)
+        n = len(d)
+        at = 0
+        if self._skip or self._head:
+            at = self._resume(d, n)
+            if at < 0:
+                return self.open
+        opened = self.open
+        while at + 9 <= n:
+            length = (d[at] << 16) | (d[at + 1] << 8) | d[at + 2]
+            kind = d[at + 3]
+            if kind in _OPENS:
+                opened = True
+            if opened and d[at + 4] & _END_HEADERS and kind in _BLOCK:
+                if at + 9 + length <= n:
+                    opened = False
                 else:
-                    self.open = False
-            self._skip = length
+                    self._ends = True
+            at += 9 + length
+        self.open = opened
+        if at > n:
+            self._skip = at - n
+        elif at < n:
+            self._head = bytes(d[at:])
+            if self._head_type_opens():
+                self.open = True
         return self.open
+
+    def _resume(self, d: bytes | bytearray, n: int) -> int:
+        """Finish the payload being skipped, or the frame header split across reads; returns where the next
+        frame header starts in ``d``, or -1 when ``d`` ends first."""
+        at = 0
+        if self._skip:
+            if self._skip >= n:
+                self._skip -= n
+                if not self._skip:
+                    self._end_skipped()
+                return -1
+            at, self._skip = self._skip, 0
+            self._end_skipped()
+            if not self._head:
+                return at
+        need = 9 - len(self._head)
+        if n - at < need:
+            self._head += bytes(d[at:])
+            if self._head_type_opens():
+                self.open = True
+            return -1
+        head, self._head = self._head + bytes(d[at : at + need]), b""
+        self._step(head)
+        at += need
+        if self._skip:
+            if self._skip > n - at:
+                self._skip -= n - at
+                return -1
+            at += self._skip
+            self._skip = 0
+            self._end_skipped()
+        return at
+
+    def _end_skipped(self) -> None:
+        if self._ends:
+            self._ends = False
+            self.open = False
+
+    def _step(self, head: bytes) -> None:
+        """One whole frame header (its payload not yet passed)."""
+        length = int.from_bytes(head[:3], "big")
+        kind, flags = head[3], head[4]
+        if kind in _OPENS:
+            self.open = True
+        if self.open and kind in _BLOCK and flags & _END_HEADERS:
+            if length:
+                self._ends = True
+            else:
+                self.open = False
+        self._skip = length
 
     def _head_type_opens(self) -> bool:
         """A partial frame header whose type byte has arrived and names HEADERS/PUSH_PROMISE."""
-        return len(self._head) > 3 and self._head[3] in (_HEADERS, _PUSH_PROMISE)
+        return len(self._head) > 3 and self._head[3] in _OPENS
