@@ -38,6 +38,9 @@ def log(msg: str) -> None:
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
+H2_SCENARIOS = ("l7_h2_m10", "l7_h2_m100", "page_h2", "page_h1")  # issue 17: HTTP/2 at the edge vs nginx, HAProxy
+
+
 def scenarios(a: argparse.Namespace) -> list[Scenario]:
     l4 = ("sentin8", "nginx", "haproxy", "haproxy-splice", "direct")
     l7 = ("sentin8", "nginx", "haproxy", "direct")
@@ -95,6 +98,47 @@ def scenarios(a: argparse.Namespace) -> list[Scenario]:
             1e6,
             l7,
             f"h2load --h1 -t2 -c{a.l7_conns} -D {a.duration:g}, same request and paths",
+        ),
+        Scenario(
+            "l7_h2_m10",
+            "L7 h2, 16 conns x 10 streams",
+            "req/s",
+            True,
+            "CPU-µs/req",
+            1e6,
+            l7,
+            f"h2load -t2 -c16 -m10 -D {a.duration:g} (HTTP/2 by ALPN), GET /, HTTP/1.1 keep-alive to the backend",
+        ),
+        Scenario(
+            "l7_h2_m100",
+            "L7 h2, 16 conns x 100 streams",
+            "req/s",
+            True,
+            "CPU-µs/req",
+            1e6,
+            l7,
+            f"h2load -t2 -c16 -m100 -D {a.duration:g}: the concurrency cap (100) full on every connection",
+        ),
+        Scenario(
+            "page_h2",
+            "Page of 20 objects, h2 on 1 conn",
+            "ms",
+            False,
+            "CPU-ms/page",
+            1e3,
+            l7,
+            "h2load -n20 -c1 -m20, repeated for the duration: one PQ handshake, 20 concurrent streams; ms per page",
+        ),
+        Scenario(
+            "page_h1",
+            "Page of 20 objects, h1 on 6 conns",
+            "ms",
+            False,
+            "CPU-ms/page",
+            1e3,
+            l7,
+            "h2load --h1 -n20 -c6, repeated: six PQ handshakes (a browser's per-origin limit), one request at a "
+            "time on each; ms per page",
         ),
         Scenario(
             "latency",
@@ -340,7 +384,7 @@ class Bench:
                 if direct is not None:
                     out.append(("direct", *direct))
                 continue
-            l7 = sc.key in ("l7_wrk", "l7_h2load", "latency", "handshakes", "resumed", "ws_l7", "mem_l7")
+            l7 = sc.key in (*H2_SCENARIOS, "l7_wrk", "l7_h2load", "latency", "handshakes", "resumed", "ws_l7", "mem_l7")
             peer = (self.l7 if l7 else self.peers).get(name)
             if peer is None:
                 self.skip(sc, name, self.start_errors.get(name, "not started"))
@@ -364,7 +408,7 @@ class Bench:
         if sc.key in table:
             b = table[sc.key]
             return b.port, [b.proc.pid]
-        if sc.key in ("l7_wrk", "l7_h2load", "latency", "handshakes", "resumed") and bn is not None:
+        if sc.key in (*H2_SCENARIOS, "l7_wrk", "l7_h2load", "latency", "handshakes", "resumed") and bn is not None:
             return bn.extra["tls"], bn.pids()
         return None
 
@@ -399,6 +443,10 @@ class Bench:
             return lambda: loadtools.wrk(tc, url, a.l7_conns, a.duration)
         if k == "l7_h2load":
             return lambda: loadtools.h2load_keepalive(tc, url, a.l7_conns, a.duration)
+        if k in ("l7_h2_m10", "l7_h2_m100"):
+            return lambda: loadtools.h2load_streams(tc, url, 16, 10 if k == "l7_h2_m10" else 100, a.duration)
+        if k in ("page_h2", "page_h1"):
+            return lambda: loadtools.page_loads(tc, url, 20, k == "page_h2", a.duration)
         if k == "latency":
             return lambda: loadtools.h2load_latency(
                 tc, url, a.rate, a.latency_conns, a.latency_duration, self.work / f"latency-{peer}.log"

@@ -87,6 +87,35 @@ def h2load_keepalive(tc: Toolchain, url: str, conns: int, duration: float, threa
     return _h2load_rate(res)
 
 
+def h2load_streams(tc: Toolchain, url: str, conns: int, streams: int, duration: float, threads: int = 2) -> Sample:
+    """``h2load`` speaking HTTP/2 (ALPN h2): ``conns`` connections with ``streams`` concurrent streams each
+    (``-m``), closed loop: requests/s."""
+    res = tc.run(
+        ["h2load", "--groups", GROUPS, f"-t{threads}", f"-c{conns}", f"-m{streams}", "-D", f"{duration:g}", url],
+        timeout=duration + 60,
+    )
+    return _h2load_rate(res)
+
+
+def page_loads(tc: Toolchain, url: str, objects: int, h2: bool, duration: float) -> Sample:
+    """A page of ``objects`` small resources fetched from a fresh connection set, again and again for
+    ``duration``: over h2 on one connection (all streams at once), or over HTTP/1.1 on six (a browser's
+    per-origin limit, one request at a time each). Value: milliseconds per page, handshakes included."""
+    args = ["-n", str(objects), "-c", "1", "-m", str(objects)] if h2 else ["--h1", "-n", str(objects), "-c", "6"]
+    pages, took, errors = 0, 0.0, 0
+    deadline = time.monotonic() + duration
+    while time.monotonic() < deadline or not pages:
+        res = tc.run(["h2load", "--groups", GROUPS, *args, url], timeout=60)
+        ok, err, non2xx = _h2load_errors(res.stdout)
+        secs = _finished(res.stdout)
+        errors += err + non2xx
+        if res.returncode != 0 or secs is None or ok - non2xx < objects:
+            return Sample(None, pages, errors, error=_failed(res, "h2load") if res.returncode else "a page incomplete")
+        pages += 1
+        took += secs
+    return Sample(took / pages * 1e3, pages, errors)
+
+
 def _h2load_rate(res: subprocess.CompletedProcess) -> Sample:
     """2xx responses per second of an h2load run; errors and non-2xx counted, never hidden."""
     ok, errors, non2xx = _h2load_errors(res.stdout)

@@ -173,6 +173,7 @@ http {{
     }}
     server {{
         listen 127.0.0.1:{tls_port} ssl backlog=4096;
+        http2 on;  # the direct path of the h2 scenarios
 {_tls_lines(cert)}
         location / {{ default_type text/plain; return 200 "{body}"; }}
     }}
@@ -213,6 +214,7 @@ http {{
     upstream wsecho {{ server 127.0.0.1:{routes.ws_plain}; }}
     server {{
         listen 127.0.0.1:{l7} ssl backlog=4096 reuseport;
+        http2 on;  # ALPN h2 for the h2 scenarios; the --h1 ones still negotiate http/1.1
 {_tls_lines(cert)}
         location / {{
             proxy_pass http://backend;
@@ -298,7 +300,7 @@ frontend l4
 {backends}
 frontend l7
     mode http
-    bind 127.0.0.1:{l7} backlog 4096 ssl crt {cert.combined} curves X25519MLKEM768 ssl-min-ver TLSv1.3 alpn http/1.1
+    bind 127.0.0.1:{l7} backlog 4096 ssl crt {cert.combined} curves X25519MLKEM768 ssl-min-ver TLSv1.3 alpn h2,http/1.1
     use_backend h_ws if {{ path_beg /ws }}
     default_backend h_web
 

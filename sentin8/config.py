@@ -282,11 +282,11 @@ class Metrics(_Section):
 
 
 class Http2(_Section):
-    """HTTP/2 for external clients (ALPN ``h2``, preferred when offered); off = HTTP/1.1 only, as before."""
+    """HTTP/2 for external clients (ALPN ``h2``, preferred when offered); off = HTTP/1.1 only."""
 
     enabled: Annotated[
         bool, doc("serve HTTP/2 to external clients that offer it (docs/http2.md); false = HTTP/1.1 only")
-    ] = False
+    ] = True
 
 
 class Log(_Section):

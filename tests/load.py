@@ -143,3 +143,120 @@ class Load:
             self._spawn(f"l7-new-{i}", one_shot)
         for i in range(keepalive):
             self._spawn(f"l7-ka-{i}", kept)
+
+    # ---- HTTP/2 (external clients, PQ TLS, ALPN h2) ---------------------------------------------------
+
+    def h2(self, connect: Callable[[], socket.socket], sni: str, clients: int = 1, streams: int = 4) -> None:
+        """``clients`` connections, each sending batches of ``streams`` concurrent GETs until told to stop
+        (GOAWAY) or closed, then reconnecting. Only a stream above a final GOAWAY's last-stream-id may be
+        retried (RFC 9113 §6.8: never processed): counted ``h2_retried``. Anything else is an error: a reset,
+        a status other than 200, a connection that ends with a stream up to the last id unanswered."""
+        for i in range(clients):
+            self._spawn(f"h2-{i}", lambda: self._h2_connection(connect, sni, streams))
+
+    def _h2_connection(self, connect: Callable[[], socket.socket], sni: str, streams: int) -> None:
+        c = None
+        try:
+            c = H2LoadConnection(connect, sni)
+            self._ok("h2_connections")
+            while not self._stop.is_set() and not c.goaway_seen:
+                retry = c.batch(streams)
+                self._ok("h2_streams", c.answered)
+                if c.goaway_seen:
+                    self._ok("h2_told_to_go")
+                if retry:
+                    self._ok("h2_retried", retry)
+                time.sleep(0.01)
+        except Exception as exc:  # every failure is the client's failure
+            self._error("h2", exc)
+        finally:
+            if c is not None:
+                c.close()
+
+
+class H2LoadConnection:
+    """A raw-frame h2 client (tests/h2frames.py): python-hyper's h2 takes the drain's first GOAWAY
+    (last-stream-id 2^31-1) as the end of the connection, which it is not; this client reads on to the final one."""
+
+    def __init__(self, connect: Callable[[], socket.socket], sni: str) -> None:
+        import hpack
+
+        from tests import h2frames
+        from tests.h2client import RawH2Client
+
+        self.frames_mod = h2frames
+        self.raw = RawH2Client(connect(), sni, settings={0x4: 1 << 24})
+        self.raw.send(h2frames.window_update(0, (1 << 24) - 65535))
+        self.decoder = hpack.Decoder()
+        self.authority = sni.encode()
+        self.next_sid = 1
+        self.goaway_seen = False
+        self.last_sid = (1 << 31) - 1
+        self.answered = 0
+        self._buf = b""
+        self._block: dict[int, bytes] = {}
+
+    def batch(self, n: int, path: bytes = b"/load") -> int:
+        """Send ``n`` streams, read until each is answered; returns how many may be retried (above the final
+        GOAWAY's last-stream-id). Raises on anything a client would see as a failure."""
+        from hyperframe.frame import ContinuationFrame, DataFrame, GoAwayFrame, HeadersFrame, PingFrame, RstStreamFrame
+
+        h2f = self.frames_mod
+        sids = []
+        for _ in range(n):
+            sid = self.next_sid
+            self.next_sid += 2
+            sids.append(sid)
+            self.raw.send(self.raw.frames.headers(sid, h2f.request_fields(path, self.authority)))
+        status: dict[int, int] = {}
+        pending = set(sids)
+        self.answered = 0
+        deadline = time.monotonic() + 30
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"h2: streams {sorted(pending)} unanswered")
+            self.raw.tls.sock.settimeout(remaining)
+            try:
+                data = self.raw.tls.recv()
+            except OSError:
+                data = b""
+            if not data:
+                lost = [s for s in pending if s <= self.last_sid]
+                if lost or not self.goaway_seen:
+                    raise ConnectionError(f"h2: closed with streams {sorted(pending)} open, last id {self.last_sid}")
+                return len(pending)  # above the final last-stream-id: never processed, retried elsewhere
+            frames, self._buf = h2f.parse(self._buf + data)
+            for f in frames:
+                if isinstance(f, HeadersFrame | ContinuationFrame):
+                    block = self._block.pop(f.stream_id, b"") + f.data
+                    if "END_HEADERS" not in f.flags:
+                        self._block[f.stream_id] = block
+                        continue
+                    fields = dict(self.decoder.decode(block, raw=True))
+                    if b":status" in fields and int(fields[b":status"]) >= 200:
+                        status[f.stream_id] = int(fields[b":status"])
+                elif isinstance(f, DataFrame) and f.data:
+                    self.raw.send(h2f.window_update(0, len(f.data)))
+                elif isinstance(f, RstStreamFrame):
+                    raise AssertionError(f"h2: stream {f.stream_id} reset ({f.error_code})")
+                elif isinstance(f, PingFrame) and "ACK" not in f.flags:
+                    self.raw.send(h2f.ping(int.from_bytes(f.opaque_data, "big"), ack=True))
+                elif isinstance(f, GoAwayFrame):
+                    if f.error_code:
+                        raise AssertionError(f"h2: GOAWAY error {f.error_code}")
+                    self.goaway_seen = True
+                    self.last_sid = min(self.last_sid, f.last_stream_id)
+                if "END_STREAM" in getattr(f, "flags", ()) and f.stream_id in pending:
+                    if status.get(f.stream_id) != 200:
+                        raise AssertionError(f"h2: stream {f.stream_id} status {status.get(f.stream_id)}")
+                    pending.discard(f.stream_id)
+                    self.answered += 1
+            if self.goaway_seen and self.last_sid < (1 << 31) - 1:
+                above = [s for s in pending if s > self.last_sid]
+                if above and len(above) == len(pending):
+                    return len(above)
+        return 0
+
+    def close(self) -> None:
+        self.raw.close()

@@ -20,8 +20,8 @@ def test_defaults_match_the_design():
     assert cfg.sources.poll_interval_s == 30 and cfg.sources.suspect_ttl_s == 30
     assert "10.0.0.0/8" in cfg.network.internal_cidrs
     assert cfg.limits.max_request_body_bytes == 0  # no cap: bodies stream (docs/traffic.md, "Request bodies")
-    assert cfg.http2.enabled is False  # docs/http2.md: HTTP/1.1 only until it is turned on
-    assert load_bytes(b"[http2]\nenabled = true\n").http2.enabled is True
+    assert cfg.http2.enabled is True  # docs/http2.md: h2 preferred when a client offers it
+    assert load_bytes(b"[http2]\nenabled = false\n").http2.enabled is False
     assert cfg.listen.proxy_protocol_from == []  # no balancer trusted: a PROXY header is refused from anyone
 
 

@@ -78,8 +78,8 @@ def test_every_printed_command_works_as_printed(demo):
     out = _sh(unknown)  # fail closed: no default mapping
     assert out.returncode != 0 and "hello" not in out.stdout
 
-    # --http2 against an edge that chose http/1.1: said so, and the request still answered
+    # --http2: the edge serves h2 by default ([http2] enabled), and the request is answered over it
     out = _sh(l7.replace(" probe ", " probe --http2 ", 1))
     assert out.returncode == 0, out
-    assert "* HTTP/2:     the server chose http/1.1: falling back to HTTP/1.1" in out.stdout
-    assert "< HTTP/1.1 200 OK" in out.stdout or "< HTTP/1.1 429" in out.stdout
+    assert "* ALPN:       h2" in out.stdout and "falling back" not in out.stdout, out.stdout
+    assert "< HTTP/2 200" in out.stdout or "< HTTP/2 429" in out.stdout, out.stdout

@@ -92,10 +92,14 @@ def test_alpn_through_the_fleet(external_host, fleet_factory, web):  # noqa: F81
 
     c = client([b"h2", b"http/1.1"])
     c.handshake()
+    assert c.conn.get_alpn_proto_negotiated() == b"h2"  # [http2] enabled by default (docs/http2.md)
+    c.close()
+    c = client([b"http/1.1"])
+    c.handshake()
     assert c.conn.get_alpn_proto_negotiated() == b"http/1.1"
     assert c.request(b"GET / HTTP/1.1\r\nHost: shop.apps.test\r\n\r\n").startswith(b"HTTP/1.1 200")
     c.close()
-    c = client([b"h2"])
+    c = client([b"spdy/3"])  # nothing we serve: the no_application_protocol alert
     with pytest.raises(SSL.Error, match="no application protocol"):
         c.handshake()
     c.sock.close()

@@ -19,7 +19,7 @@ from tests.peers import pattern, wait_until
 from tests.pqclient import PQClient
 from tests.test_fleet_l7 import RESERVED, l7_fleet, request
 
-H2_ON = "\n[http2]\nenabled = true\n"
+H2_ON = "\n[http2]\nenabled = true\n"  # the default, said out loud: these tests are about h2
 SNI = "shop.apps.test"
 
 
@@ -48,8 +48,13 @@ def test_alpn_prefers_h2_falls_back_to_h1_and_is_off_when_disabled(external_host
     assert stats.get("l7_connections_h2", 0) >= 2 and stats.get("l7_connections_h1", 0) >= 2
 
 
-def test_h2_is_off_by_default(external_host, fleet_factory, web):  # noqa: F811
-    fleet = l7_fleet(fleet_factory, web)
+def test_h2_is_on_by_default_and_enabled_false_turns_it_off(external_host, fleet_factory, web):  # noqa: F811
+    on = l7_fleet(fleet_factory, web)
+    c = H2Client(external_host.connect(on.port), SNI)
+    assert c.alpn == b"h2" and c.get(b"/default").status == 200
+    c.close()
+    on.stop()  # one fleet per workdir at a time (fleet_factory's tmp_path)
+    fleet = l7_fleet(fleet_factory, web, extra="\n[http2]\nenabled = false\n")
     ctx = PQClient.make_context()
     ctx.set_alpn_protos([b"h2", b"http/1.1"])
     c = PQClient(external_host.connect(fleet.port), SNI, context=ctx)

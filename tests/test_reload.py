@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from OpenSSL import SSL
 
 from tests.load import Load
@@ -19,6 +20,7 @@ from tests.pqclient import PQClient
 
 RELOADS = int(os.environ.get("SENTIN8_RELOADS", "100"))
 FAST_DRAIN = "drain_timeout_s = 3\ndrain_idle_grace_s = 0.5"
+H2_ON = "\n[http2]\nenabled = true\n"
 
 
 def mixed_body(web_port: int, shop_port: int) -> str:
@@ -44,20 +46,26 @@ service = "shop"
 """
 
 
-def start_load(fleet, external_host) -> Load:  # noqa: F811
+def start_load(fleet, external_host, h2: int = 0) -> Load:  # noqa: F811
+    """L4 and h1 load; ``h2``: that many h2 connections too (the fleet must have [http2] on)."""
     load = Load()
     load.l4(fleet.port, "shop.internal", b"shop:", new_conns=1, keepalive=1)
     load.l7(lambda: external_host.connect(fleet.port), "web.apps.test", new_conns=1, keepalive=2)
+    if h2:
+        load.h2(lambda: external_host.connect(fleet.port), "web.apps.test", clients=h2, streams=4)
     wait_until(lambda: load.total() > 20, 20, what="load flowing")
     return load
 
 
-def test_hundred_sighup_reloads_under_l4_and_l7_load_lose_nothing(
+@pytest.mark.timeout(900)  # ~120-300 s on a loaded 2-core machine
+def test_hundred_sighup_reloads_under_l4_h1_and_h2_load_lose_nothing(
     fleet_factory, backend_factory, web, external_host  # noqa: F811
 ):
+    """h2 clients that get GOAWAY reconnect and retry only streams above its last-stream-id (never processed,
+    RFC 9113 §6.8); every other failure of any client counts."""
     shop = backend_factory("shop", "shop.internal")
-    fleet = fleet_factory(mixed_body(web.port, shop.port), workers=2, host="0.0.0.0", fleet=FAST_DRAIN)
-    load = start_load(fleet, external_host)
+    fleet = fleet_factory(mixed_body(web.port, shop.port) + H2_ON, workers=2, host="0.0.0.0", fleet=FAST_DRAIN)
+    load = start_load(fleet, external_host, h2=2)
     took = []
     try:
         for i in range(RELOADS):
@@ -77,6 +85,7 @@ def test_hundred_sighup_reloads_under_l4_and_l7_load_lose_nothing(
     assert not fleet.events("reload_failed") and not fleet.events("reload_refused")
     assert load.ok["l7_told_to_close"] > 0  # keep-alive clients were told, not cut
     assert load.ok["l4_keepalive"] > 0 and load.ok["l7_new"] > 0 and load.ok["l4_new"] > 0
+    assert load.ok["h2_streams"] > 0 and load.ok["h2_told_to_go"] > 0  # h2 clients were drained, not cut
     titles = fleet.workers().values()
     assert sum("[draining]" not in t for t in titles) == 2
 
@@ -101,6 +110,44 @@ def test_handshake_completing_after_sigterm_is_answered_and_exit_is_prompt(
     took = time.monotonic() - t0
     print(f"SIGTERM -> exit {took:.2f} s with drain_timeout_s = 20")
     assert took < 5  # the real work (one request), not the 20 s deadline
+
+
+def test_sigterm_drains_h2_connections_with_streams_in_flight_then_exits_zero(
+    fleet_factory, backend_factory, web, external_host  # noqa: F811
+):
+    """Three h2 connections with two slow streams each when SIGTERM comes: the two-step GOAWAY, every stream
+    answered 200 (none above the final last-stream-id: all were seen), then exit 0."""
+    import threading
+
+    from tests.load import H2LoadConnection
+
+    shop = backend_factory("shop", "shop.internal")
+    fleet = fleet_factory(mixed_body(web.port, shop.port) + H2_ON, workers=1, host="0.0.0.0",
+                          fleet="drain_timeout_s = 20\ndrain_idle_grace_s = 0.5")
+    conns = [H2LoadConnection(lambda: external_host.connect(fleet.port), "web.apps.test") for _ in range(3)]
+    results: dict[int, object] = {}
+
+    def run(i: int) -> None:
+        try:
+            results[i] = conns[i].batch(2, b"/slow/drain")
+        except Exception as exc:  # the assertion below names it
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(3)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: fleet.stats().get("h2_streams", 0) >= 6, 20, what="six streams open")
+    assert web.slow_started.wait(10)
+    fleet.signal(signal.SIGTERM)
+    wait_until(lambda: all("[draining]" in t for t in fleet.workers().values()), 10, what="worker draining")
+    web.release_slow.set()
+    for t in threads:
+        t.join(30)
+    for c in conns:
+        c.close()
+    assert results == {0: 0, 1: 0, 2: 0}, results  # every stream answered, none left to retry
+    assert all(c.goaway_seen and c.answered == 2 for c in conns)
+    assert fleet.proc.wait(30) == 0
 
 
 def test_handshake_completing_in_a_worker_retired_by_sighup_is_answered(

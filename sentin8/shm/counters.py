@@ -213,6 +213,9 @@ NAMES: tuple[str, ...] = (
     "policy_block_proxy_source",  # the same, as a policy-block kind
     # out: an instance's proxy_protocol = "v2"
     "proxy_header_sent",  # L4 pipes that started with a PROXY v2 header to their backend
+    # issue 17: h2 per-stream and per-block deadlines (workers/l7/h2/connection.py)
+    "h2_header_timeout",  # a header block open past limits.header_timeout_s: GOAWAY ENHANCE_YOUR_CALM, closed
+    "h2_body_timeout",  # a request body idle past limits.idle_timeout_s: that stream alone, 408 or RST_STREAM
 )
 GAUGES = ("l4_active", "active_connections", "open_connections")
 MAX_COUNTERS = 256  # room for the names other features add; the last three words are the block's own

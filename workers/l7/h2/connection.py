@@ -11,7 +11,11 @@ GOAWAY and no stream is served further.
 
 Drain (``begin_drain``): GOAWAY(2^31-1) + PING, the ACK (or the drain grace) sends the final GOAWAY naming
 the last stream; every stream up to it is served to its end, then the connection closes (close_notify).
-Deadlines: the handshake's is the TLS layer's; the connection's idle deadline runs while no stream is open.
+Deadlines: the handshake's is the TLS layer's; the connection's idle deadline runs while no stream is open;
+a header block left open (HEADERS without END_HEADERS, or a frame trickled) must end within
+``limits.header_timeout_s`` (``HeaderBlockWatch``), else GOAWAY ENHANCE_YOUR_CALM and close; a request body
+idle for ``limits.idle_timeout_s`` (as HTTP/1.1's) ends its stream alone: 408 if no response has started, else
+RST_STREAM. A body the proxy itself holds back (windows shut) is not idle.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import logging
 
 from sentin8.http import h2_codes
 from sentin8.http.framing import HeaderBudget
+from sentin8.http.h2_blocks import HeaderBlockWatch
 from sentin8.http.h2_budget import CLOSE, GOAWAY, REFUSE, StreamBudget, Verdict
 from sentin8.http.h2_engine import (
     FIELDS_CHECKED,
@@ -37,6 +42,7 @@ from sentin8.http.h2_engine import (
 )
 from sentin8.http.h2_request import STREAM_ERROR, H2Refusal, check_body_length, check_trailers, map_request
 
+from ... import deadline
 from ..contract import L7Context
 from ..downstream import NO_FACTS, ConnectionFacts
 from ..exchange import Exchange
@@ -66,6 +72,9 @@ class H2Bridge(asyncio.Protocol):
         cfg = ctx.cfg
         self._max_headers = cfg.policy.max_headers
         self._idle_timeout = cfg.limits.idle_timeout_s
+        self._header_timeout = cfg.limits.header_timeout_s
+        self.blocks = HeaderBlockWatch()
+        self._header_timer: asyncio.TimerHandle | None = None  # armed while a header block is open
         self._drain_grace = min(cfg.fleet.drain_idle_grace_s, cfg.fleet.drain_timeout_s)
         self.engine = ServerConnection(H2Limits.from_policy(cfg.policy.max_header_bytes, cfg.policy.max_headers))
         self.budget = StreamBudget()
@@ -108,6 +117,11 @@ class H2Bridge(asyncio.Protocol):
             return
         budget = self.budget
         engine = self.engine
+        if self.blocks.feed(data):
+            if self._header_timer is None:
+                self._header_timer = self.loop.call_later(self._header_timeout, self._header_over)
+        elif self._header_timer is not None:
+            self._cancel_header_timer()
         budget.begin_read()
         try:
             for ev in engine.receive(data):
@@ -137,8 +151,10 @@ class H2Bridge(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self._cancel_timer()
+        self._cancel_header_timer()
         streams, self.streams = self.streams, {}
         for st in streams.values():
+            st.stop_body_deadline()
             self._end_stream_request(st)
             ex = st.ex
             if ex is not None:
@@ -165,6 +181,8 @@ class H2Bridge(asyncio.Protocol):
                 return None
             req = st.req
             req.received += len(ev.data)  # type: ignore[attr-defined]
+            if st.body_deadline is not None:
+                st.body_deadline.arm(deadline.BODY, self._idle_timeout)  # activity: the idle time starts again
             try:
                 check_body_length(req.head.content_length, req.received, ev.end_stream)  # type: ignore[attr-defined,union-attr]
             except H2Refusal as exc:
@@ -256,13 +274,47 @@ class H2Bridge(asyncio.Protocol):
         st = H2Stream(self, sid, req)
         self.streams[sid] = st
         self._cancel_timer()
+        if not ev.end_stream:
+            st.body_deadline = deadline.Deadline(self.loop, lambda kind, st=st: self._body_idle(st))
+            st.body_deadline.arm(deadline.BODY, self._idle_timeout)
         ex = Exchange(st, req)
         st.ex = ex
         req.exchange = ex
         ex.begin()
         return None
 
+    def _body_idle(self, st: H2Stream) -> None:
+        """No DATA on ``st`` for ``limits.idle_timeout_s``: unless we hold its body back (its windows shut, or
+        reading paused at the cap), the stream ends alone: 408, or RST_STREAM once a response has started."""
+        if self._closing or self.streams.get(st.sid) is not st or st.req.complete:
+            return
+        if st.unconsumed or st.paused or not self._reading:
+            st.body_deadline.arm(deadline.BODY, self._idle_timeout)  # type: ignore[union-attr]
+            return
+        self.ctx.count("h2_body_timeout")
+        ex = st.ex
+        if ex is not None:
+            ex.respond_error(408)  # the stream's end (exchange_done) frees it
+        else:
+            self._stream_cancel(st)
+        self.flush()
+
+    def _stream_cancel(self, st: H2Stream) -> None:
+        st.ended = True
+        self.engine.reset(st.sid, h2_codes.CANCEL)
+        self._forget(st)
+
+    def _header_over(self) -> None:
+        """A header block open for ``limits.header_timeout_s`` (h2's slowloris): GOAWAY and close."""
+        self._header_timer = None
+        if self._closing or self.engine.ended is not None:
+            return
+        self.ctx.count("h2_header_timeout")
+        self.engine.close(h2_codes.ENHANCE_YOUR_CALM, "h2_header_timeout")
+        self.flush()
+
     def _request_complete(self, st: H2Stream) -> None:
+        st.stop_body_deadline()
         req = st.req
         req.complete = True
         ex = st.ex
@@ -305,6 +357,7 @@ class H2Bridge(asyncio.Protocol):
 
     def _forget(self, st: H2Stream) -> None:
         del self.streams[st.sid]
+        st.stop_body_deadline()
         if st.write_paused:
             st.write_paused = False
             self._paused_streams -= 1
@@ -386,6 +439,11 @@ class H2Bridge(asyncio.Protocol):
         if timer is not None:
             timer.cancel()
 
+    def _cancel_header_timer(self) -> None:
+        timer, self._header_timer = self._header_timer, None
+        if timer is not None:
+            timer.cancel()
+
     def _close(self) -> None:
         """A lingering close (nginx's ``lingering_close``): close_notify and FIN after the last bytes, then
         read and discard what the client still sends, for at most ``LINGER_S`` or ``LINGER_BYTES``. Closing
@@ -395,6 +453,7 @@ class H2Bridge(asyncio.Protocol):
             return
         self._closing = True
         self._cancel_timer()
+        self._cancel_header_timer()
         transport = self.transport
         if transport is None:
             return

@@ -22,6 +22,7 @@ from sentin8.http.framing import REASONS
 from sentin8.http.headers import Header
 from sentin8.http.response import UpstreamBody, without_content_length
 
+from ...deadline import Deadline
 from ..downstream import ConnectionFacts
 from ..request import Request
 
@@ -43,6 +44,7 @@ class H2Stream:
 
     __slots__ = (
         "_conn",
+        "body_deadline",
         "continue_sent",
         "ctx",
         "ended",
@@ -75,6 +77,12 @@ class H2Stream:
         self.hold = BODY_HOLD
         self.paused = False  # the upstream's write buffer is full
         self.write_paused = False  # our queue for the client is above WRITE_HIGH
+        self.body_deadline: Deadline | None = None  # the request body's idle deadline, while one is to come
+
+    def stop_body_deadline(self) -> None:
+        d, self.body_deadline = self.body_deadline, None
+        if d is not None:
+            d.stop()
 
     # -- what the connection feeds -------------------------------------------------------------------
     def data(self, data: bytes, flow: int) -> None:
