@@ -204,7 +204,8 @@ def test_attack_family_gets_its_answer_and_a_bystander_is_served(stand, family):
         wait_until(lambda: len(by.latencies) >= n + 3 or by.failures, 15, what="bystander after the flood")
     by.check()
     assert seen["goaway"] in codes, (family, {k: v for k, v in seen.items() if k != "frames"}, seen["frames"][-5:])
-    assert seen["sent"] <= bound and took < FLOOD_TIME_S, (family, seen["sent"], took)
+    # the flood stops at the bound, but its last write (whole frames, up to two 16 KiB writes' worth) may cross it
+    assert seen["sent"] <= bound + 2 * 16384 and took < FLOOD_TIME_S, (family, seen["sent"], took)
     after = fleet.stats()
     assert any(after.get(k, 0) > before.get(k, 0) for k in counters), (family, {k: after.get(k) for k in counters})
     assert _worker(fleet) == pid  # the worker is alive: no crash, no restart
