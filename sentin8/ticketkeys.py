@@ -9,7 +9,9 @@ Rotation is a one-way ratchet on epochs (``epoch = floor(unix time / rotation_s)
     secret[e + 1] = HMAC-SHA256(secret[e], "sentin8 ticket ratchet")
 
 The shared region holds three slots, indexed by ``epoch % 3``: the previous epoch's secret, the current
-one's and, in cluster mode, the next one's when it was announced ahead (a reseed, ``sentin8.cluster.ticket_state``). Any process that finds the newest slot behind the clock ratchets forward and writes the slots itself.
+one's and, in cluster mode, the next one's when it was announced ahead (a reseed,
+``sentin8.cluster.ticket_state``). Any process that finds the newest slot behind the clock ratchets forward and
+writes the slots itself.
 The ratchet is deterministic, so processes racing to write a slot write the same bytes; a reader that catches
 a slot mid-write sees its digest disagree and ratchets from the other slot instead. Old secrets are
 overwritten, and a secret cannot be computed from a later one: once an epoch is two rotations old, nobody

@@ -48,7 +48,7 @@ class TicketSync:
         self.ring = ring
         self.status = status
         self.rotation_s = ring.rotation_s
-        self.poll_s = min(5.0, self.rotation_s / 12)  # several reads per epoch: an announcement is seen in time
+        self.poll_s = min(2.0, self.rotation_s / 12)  # several reads per epoch: an announcement is seen in time
         self.timeout_s = 2.0
         self.adopted: TicketState | None = None  # the cluster's state as last read (None: local keys)
         self._client: Any = None

@@ -99,7 +99,9 @@ def unwrap(kek: bytes, cluster_id: str, blob: bytes) -> TicketState:
     try:
         body = AESGCM(kek).decrypt(nonce, blob[_HEAD.size :], _aad(cluster_id, epoch))
     except InvalidTag:
-        raise UnwrapError("the ticket state does not authenticate (another secret or cluster id, or tampered)")
+        raise UnwrapError(
+            "the ticket state does not authenticate (another secret or cluster id, or tampered)"
+        ) from None
     secret, reseed_at, seed = _BODY.unpack(body)
     try:
         return TicketState(epoch, secret, reseed_at, seed if reseed_at else b"")
