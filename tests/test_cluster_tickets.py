@@ -1,14 +1,20 @@
-"""The cluster's wrapped ticket ratchet (sans-IO): the KEK, wrap/unwrap, the epoch arithmetic, the ring's install."""
+"""The cluster's wrapped ticket ratchet: the KEK, wrap/unwrap, the epoch arithmetic, the ring's install (sans-IO);
+then two hosts' ticket syncers on one real Valkey, with the clock moved across a rotation and a reseed."""
 
 from __future__ import annotations
 
+import asyncio
 import mmap
 
 import pytest
 
 from sentin8.cluster import ticket_state as ts
 from sentin8.cluster.ticket_state import TicketState, UnwrapError
+from sentin8.config import load_bytes
+from sentin8.shm.cluster import ClusterStatus
+from sentin8.shm.cluster import region_bytes as status_bytes
 from sentin8.ticketkeys import TicketKey, TicketKeyRing, ratchet
+from supervisor.ticket_sync import TicketSync
 
 SECRET = b"s" * 40
 HOUR = 3600.0
@@ -119,3 +125,76 @@ def test_ring_install_replaces_every_processes_keys() -> None:
     assert b.keys() == (TicketKey.derive(1002, b"f" * 32), None)
     with pytest.raises(ValueError):
         a.install({1: b"x" * 32, 5: b"y" * 32})
+
+
+# ---- two hosts' syncers, one real Valkey, the clock moved across a rotation and a reseed ------------------
+
+
+def _host(url: str, node: str, clock) -> tuple[TicketKeyRing, TicketSync, ClusterStatus]:
+    cfg = load_bytes(b'[cluster]\nenabled = true\nnode_id = "%s"\nvalkey_url = "%s"\n' % (node.encode(), url.encode()))
+    ring = TicketKeyRing(
+        memoryview(mmap.mmap(-1, TicketKeyRing.REGION_BYTES, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)), HOUR, clock
+    )
+    ring.seed()
+    st = ClusterStatus(memoryview(mmap.mmap(-1, status_bytes(), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)))
+    return ring, TicketSync(cfg, ring, st, SECRET), st
+
+
+def test_two_hosts_share_keys_across_a_rotation_and_a_reseed(redis_server) -> None:
+    start = 1_700_000_000.0
+    r = ts.reseed_epoch(int(start // HOUR), HOUR)
+    now = [(r - 2) * HOUR + 10]  # two epochs before a reseed
+
+    def clock() -> float:
+        return now[0]
+
+    async def main() -> None:
+        ring_a, a, st_a = _host(redis_server.url, "a:443", clock)
+        ring_b, b, st_b = _host(redis_server.url, "b:443", clock)
+        first_a = ring_a.keys()[0]
+        await a.cycle()  # the first host: its own keys become the cluster's (SET NX)
+        assert ring_a.keys()[0] == first_a and st_a.tickets_shared
+        await b.cycle()  # the second adopts them
+        assert ring_b.keys()[0] == first_a and st_b.tickets_shared
+        blob = redis_server.client().get(ts.state_key("default"))
+        assert first_a.aes_key not in blob and first_a.hmac_key not in blob
+
+        now[0] += HOUR  # a plain rotation, into the epoch before the reseed: it gets announced (once)
+        await b.cycle()
+        await a.cycle()
+        state = ts.unwrap(
+            ts.derive_kek(SECRET, "default"), "default", redis_server.client().get(ts.state_key("default"))
+        )
+        assert state.reseed_at == r and state.epoch == r - 2
+        assert ring_a.keys() == ring_b.keys() and ring_a.keys()[1] == first_a
+        assert set(ring_a.slots()) == set(ring_b.slots()) == {r - 2, r - 1, r}  # the next one installed ahead
+
+        now[0] += HOUR  # the reseed epoch: nobody ratchets, both hosts hold the announced secret already
+        cur_a, cur_b = ring_a.keys()[0], ring_b.keys()[0]
+        assert cur_a == cur_b and cur_a.epoch == r
+        assert cur_a != TicketKey.derive(r, ratchet(ring_a.slots()[r - 1]))  # fresh randomness, not the ratchet
+        assert ring_a.rotations == ring_b.rotations == 0
+
+        await a._drop()
+        await b._drop()
+
+    asyncio.run(main())
+
+
+def test_unreachable_valkey_keeps_shared_until_a_missed_reseed(redis_server) -> None:
+    r = ts.reseed_epoch(int(1_700_000_000 // HOUR), HOUR)
+    now = [(r - 3) * HOUR]
+
+    async def main() -> None:
+        ring, sync, st = _host(redis_server.url, "a:443", lambda: now[0])
+        await sync.cycle()
+        assert st.tickets_shared
+        redis_server.stop(kill=True)
+        await sync.first()  # fails fast: still the cluster's keys (no reseed passed)
+        assert st.tickets_shared
+        now[0] = r * HOUR + 1  # the reseed passed unseen: this host's keys are its own now
+        await sync.first()
+        assert not st.tickets_shared and ring.keys()[0].epoch == r  # and it still seals: a local ratchet
+        await sync._drop()
+
+    asyncio.run(main())
