@@ -11,9 +11,20 @@ import os
 import re
 import socket
 import tomllib
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
+from urllib.parse import urlparse
 
 import msgspec
+
+
+class ValkeyTarget(NamedTuple):
+    """How to reach one Valkey deployment (``sentin8.valkey_client.connect`` builds the client): the URL, and in
+    sentinel or cluster mode the nodes that URL's host is replaced by."""
+
+    url: str
+    mode: str = "single"  # "single" | "sentinel" | "cluster"
+    nodes: tuple[str, ...] = ()
+    master: str = ""  # sentinel: the monitored master's name
 
 
 class ConfigError(Exception):
@@ -134,9 +145,23 @@ class Sources(_Section):
     valkey_url: Annotated[str, doc("the registry (redis://, rediss:// or unix://; Valkey or Redis)")] = (
         "redis://127.0.0.1:6379/0"
     )
-    postgres_dsn: Annotated[str, doc("the domain tables (a libpq conninfo or URL; needs sql/grants.sql)")] = (
-        "postgresql://sentin8_proxy@127.0.0.1:5432/platform"
-    )
+    # How valkey_url is reached (docs/hosts.md). "sentinel" and "cluster" take their addresses from valkey_nodes
+    # and keep the URL's scheme, credentials (and, behind Sentinel, the database); single mode ignores them.
+    valkey_mode: Annotated[
+        Literal["single", "sentinel", "cluster"],
+        doc('"single" (valkey_url), "sentinel" (valkey_nodes are sentinels) or "cluster" (valkey_nodes seed it)'),
+    ] = "single"
+    valkey_nodes: Annotated[
+        list[str], doc('"host:port" of the sentinels or of some cluster nodes (valkey_mode sentinel | cluster)')
+    ] = msgspec.field(default_factory=list)
+    sentinel_master: Annotated[str, doc("the master name the sentinels monitor (valkey_mode = sentinel)")] = ""
+    postgres_dsn: Annotated[
+        str,
+        doc(
+            "the domain tables (a libpq conninfo or URL; needs sql/grants.sql); several hosts with"
+            " target_session_attrs / load_balance_hosts read standbys too (docs/hosts.md)"
+        ),
+    ] = "postgresql://sentin8_proxy@127.0.0.1:5432/platform"
     apps_domain: Annotated[str, doc("app instances answer <app>.<env>.<org>.<apps_domain>")] = "apps.example.com"
     poll_interval_s: Annotated[float, doc("safety poll of both sources, beside their change events")] = 30
     health_fresh_s: Annotated[
@@ -360,6 +385,26 @@ class Config(_Section):
         """Where the cluster's shared state lives: ``cluster.valkey_url``, else ``sources.valkey_url``."""
         return self.cluster.valkey_url or self.sources.valkey_url
 
+    def sources_valkey(self) -> ValkeyTarget:
+        """The sources' Valkey with its mode: the registry, the change events, and what defaults to it."""
+        src = self.sources
+        return ValkeyTarget(src.valkey_url, src.valkey_mode, tuple(src.valkey_nodes), src.sentinel_master)
+
+    def _valkey_or_sources(self, url: str) -> ValkeyTarget:
+        """A section's own URL is a single server; its default (the sources' URL) keeps the sources' mode."""
+        if url and url != self.sources.valkey_url:
+            return ValkeyTarget(url)
+        return self.sources_valkey()
+
+    def metrics_valkey(self) -> ValkeyTarget | None:
+        """``metrics_valkey_url`` with its mode; None = nothing is published."""
+        url = self.metrics_valkey_url()
+        return self._valkey_or_sources(url) if url else None
+
+    def cluster_valkey(self) -> ValkeyTarget:
+        """``cluster_valkey_url`` with its mode (``cluster.valkey_url`` set = a single server)."""
+        return self._valkey_or_sources(self.cluster.valkey_url)
+
     def cluster_node_id(self) -> str:
         """This host's name in the cluster: ``cluster.node_id``, else ``hostname:port`` of ``listen.https``."""
         if self.cluster.node_id:
@@ -517,6 +562,7 @@ def _check(cfg: Config) -> None:
         url = cfg.metrics.valkey_url
         raise ConfigError(f"metrics.valkey_url: must be a redis://, rediss:// or unix:// URL, got {url!r}")
     _check_cluster(cfg)
+    _check_valkey_mode(cfg)
     if not cfg.metrics.channel:
         raise ConfigError("metrics.channel: must not be empty")
     if bool(cfg.upstream.client_cert) != bool(cfg.upstream.client_key):
@@ -553,6 +599,25 @@ def _check_cluster(cfg: Config) -> None:
         raise ConfigError(f"cluster.valkey_url: must be a redis://, rediss:// or unix:// URL, got {cl.valkey_url!r}")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cl.secret_env):
         raise ConfigError(f"cluster.secret_env: not an environment variable name: {cl.secret_env!r}")
+
+
+_NODE = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>[0-9]{1,5})")
+
+
+def _check_valkey_mode(cfg: Config) -> None:
+    src = cfg.sources
+    if src.valkey_mode == "single":
+        return
+    if not src.valkey_nodes:
+        raise ConfigError(f'sources.valkey_mode: "{src.valkey_mode}" needs sources.valkey_nodes ("host:port", ...)')
+    for i, node in enumerate(src.valkey_nodes):
+        m = _NODE.fullmatch(node)
+        if m is None or not 0 < int(m["port"]) < 65536:
+            raise ConfigError(f"sources.valkey_nodes[{i}]: {node!r} is not host:port")
+    if src.valkey_mode == "sentinel" and not src.sentinel_master:
+        raise ConfigError('sources.valkey_mode: "sentinel" needs sources.sentinel_master (the monitored name)')
+    if src.valkey_mode == "cluster" and urlparse(src.valkey_url).path.strip("/") not in ("", "0"):
+        raise ConfigError('sources.valkey_mode: "cluster" has database 0 only; valkey_url names another')
 
 
 def _dotted(path: str) -> str:

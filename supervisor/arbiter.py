@@ -34,19 +34,13 @@ from sentin8.shm import fleet as fleet_state
 from sentin8.shm.state import SharedState
 
 from . import sdnotify
-from .children import Child, Respawns, fork, refresh_rss
+from .children import Child, Respawns, counter_slots, fork, refresh_rss
 from .listeners import check_at_start, enable_migrate_req
 from .reloads import Reloads
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1)
 RSS_CHECK_S = 10.0
 QUIT_GRACE_S = 5.0
-SLOTS_PER_WORKER = 4  # counter slots: the live worker, its replacement, and retirees of two overlapping reloads
-
-
-def counter_slots(workers: int) -> int:
-    """Counter blocks for a fleet of ``workers``: theirs, 2 spare, and the resolver's (the last one)."""
-    return SLOTS_PER_WORKER * workers + 2 + 1
 
 
 class FleetState(Enum):

@@ -26,6 +26,14 @@ STABLE_AFTER_S = 5.0  # a child that lived this long resets its crash backoff
 START_FAILURES_FATAL = 5  # a child dying this many times in a row before it ever served: exit 2, not a loop
 
 
+SLOTS_PER_WORKER = 4  # counter slots: the live worker, its replacement, and retirees of two overlapping reloads
+
+
+def counter_slots(workers: int) -> int:
+    """Counter blocks for a fleet of ``workers``: theirs, 2 spare, and the resolver's (the last one)."""
+    return SLOTS_PER_WORKER * workers + 2 + 1
+
+
 @dataclass
 class Child:
     role: str  # "resolver" | "worker" | "mgmt"

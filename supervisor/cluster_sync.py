@@ -44,7 +44,7 @@ class LimitSyncer:
         clock: Callable[[], float] = time.time,
     ) -> None:
         cl = cfg.cluster
-        self.url = cfg.cluster_valkey_url()
+        self.target = cfg.cluster_valkey()
         self.cluster_id = cl.cluster_id
         self.node_id = cfg.cluster_node_id()
         self.interval_s = cl.sync_interval_ms / 1000
@@ -69,15 +69,11 @@ class LimitSyncer:
 
     def _valkey(self) -> Any:
         if self._client is None:
-            import redis.asyncio as aioredis
-            from redis.asyncio.retry import Retry
-            from redis.backoff import NoBackoff
+            from sentin8 import valkey_client
 
-            self._client = aioredis.Redis.from_url(
-                self.url,
-                socket_connect_timeout=self.timeout_s,
-                socket_timeout=self.timeout_s,
-                retry=Retry(NoBackoff(), 0),  # a failure shows at once: the limiter falls back, then retries
+            # no client-side retry: a failure shows at once, the limiter falls back, then retries
+            self._client = valkey_client.connect(
+                self.target, connect_timeout_s=self.timeout_s, timeout_s=self.timeout_s
             )
         if self._sync is None:
             self._sync = self._client.register_script(limiter_script.SYNC)
@@ -87,10 +83,9 @@ class LimitSyncer:
     async def _drop_client(self) -> None:
         client, self._client, self._sync, self._heartbeat = self._client, None, None, None
         if client is not None and self._own_client:
-            try:
-                await client.aclose()
-            except Exception:  # a dead connection may fail to close: nothing left to do
-                pass
+            from sentin8 import valkey_client
+
+            await valkey_client.close(client)
         elif client is not None:
             self._client = client  # a client handed in (tests) is theirs to close
 

@@ -101,7 +101,7 @@ class MgmtProcess:
             from sentin8.mgmt.policy_sync import PolicySync
 
             cl = self.cfg.cluster
-            sync = PolicySync(policy, self.cfg.cluster_valkey_url(), cl.cluster_id, self.cfg.cluster_node_id())
+            sync = PolicySync(policy, self.cfg.cluster_valkey(), cl.cluster_id, self.cfg.cluster_node_id())
         app = MgmtApp(self.cfg, self.shared, verifier, policy, policy_sync=sync).starlette()
         stopping = asyncio.Event()
         config = uvicorn.Config(

@@ -145,13 +145,13 @@ class Resolver:
 
     def _metrics_task(self, loop: asyncio.AbstractEventLoop) -> asyncio.Task | None:
         """``stat:metrics`` rides along in this process: it already talks to Valkey and is not a worker."""
-        url = self.cfg.metrics_valkey_url()
-        if not url:
+        target = self.cfg.metrics_valkey()
+        if target is None:
             return None
         publisher = MetricsPublisher(
             self.shared.counter_reader(),
             self.service_names,
-            url,
+            target,
             self.cfg.metrics.channel,
             self.cfg.metrics.interval_s,
         )

@@ -120,7 +120,8 @@ class PostgresServer:
     ``stop()``/``start()`` keep the data directory and the port. Superuser: ``postgres``.
     """
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, standby_of: PostgresServer | None = None) -> None:
+        """``standby_of``: a hot standby of that running server (``pg_basebackup -R``: it streams from it)."""
         self.initdb = pg_bin("initdb")
         self.pg_ctl = pg_bin("pg_ctl")
         self.dir = workdir
@@ -134,6 +135,10 @@ class PostgresServer:
             nobody = pwd.getpwnam("nobody")
             os.chown(workdir, nobody.pw_uid, nobody.pw_gid)
             self._as = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+        if standby_of is not None:
+            base = [pg_bin("pg_basebackup"), "-D", str(self.data), "-R", "-X", "stream", "-c", "fast", "--no-sync"]
+            self._run([*base, "-h", "127.0.0.1", "-p", str(standby_of.port), "-U", "postgres"])
+            return
         self._run([self.initdb, "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"])
 
     def _run(self, args: list[str]) -> None:

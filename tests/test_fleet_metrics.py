@@ -186,8 +186,10 @@ def test_k_requests_are_exactly_k_in_the_documents_within_two_intervals(
     assert doc["v"] == 1 and doc["interval_s"] == INTERVAL and doc["pid"] > 0 and doc["host"] and doc["version"]
     assert set(doc) == {
         "v", "ts", "host", "pid", "version", "interval_s", "seq", "traffic", "requests", "latency_ms",
-        "handshake_errors", "policy_blocks", "upstream", "l4_connections",
+        "handshake_errors", "policy_blocks", "upstream", "l4_connections", "l7_connections", "h2_refusals",
     }  # fmt: skip
+    assert sum(d["l7_connections"]["h1"] for d in documents.docs) == 3  # by protocol; the classical one failed
+    assert sum(d["l7_connections"]["h2"] for d in documents.docs) == 0
 
 
 def test_sigkilled_worker_and_rolling_reload_never_lose_a_count(

@@ -187,6 +187,9 @@ class Client:
         if data is not None:
             self.out.append(data)
 
+    def send_trailers(self, headers) -> None:
+        self.send_end()
+
     def send_abort(self) -> None:
         self.resp.abort()
 

@@ -135,7 +135,16 @@ def test_exposition_is_prometheus_text_with_the_documented_names() -> None:
     w0.refused(refusals.RATE_LIMIT)
     w1.refused(refusals.Refusal(None, "a kind nobody declared"))
     w0.add_gauge("active_connections", 3)
+    w0.inc("l7_connections_h1", 2)
+    w1.inc("l7_connections_h2")
+    w1.inc("h2_premature_resets")
+    w0.inc("h2_continuation_flood", 3)
     got = prom(state)
+    assert got[("sentin8_l7_connections_total", (("protocol", "h1"),))] == 2
+    assert got[("sentin8_l7_connections_total", (("protocol", "h2"),))] == 1
+    assert got[("sentin8_h2_refusals_total", (("reason", "h2_premature_resets"),))] == 1
+    assert got[("sentin8_h2_refusals_total", (("reason", "h2_continuation_flood"),))] == 3
+    assert got[("sentin8_h2_refusals_total", (("reason", "h2_traffic_flood"),))] == 0
     assert got[("sentin8_requests_total", (("service", "web"), ("status", "200")))] == 30
     assert got[("sentin8_requests_total", (("service", "web"), ("status", "2xx")))] == 1
     assert got[("sentin8_requests_total", (("service", "api"), ("status", "503")))] == 7
@@ -267,8 +276,11 @@ def test_documents_carry_deltas_that_sum_to_totals_and_an_outage_loses_nothing(r
         w.request(web, 200, 0.003)
     w.request(web, 404, 0.0001)
     w.upstream(web, "upstream_cold")
+    w.inc("l7_connections_h2", 2)
+    w.inc("h2_control_flood")
     assert publish()
     receive()
+    assert docs[0]["l7_connections"] == {"h1": 0, "h2": 2} and docs[0]["h2_refusals"] == {"h2_control_flood": 1}
     for _ in range(3):
         w.request(web, 200, 0.07)
     assert publish()
@@ -295,6 +307,7 @@ def test_documents_carry_deltas_that_sum_to_totals_and_an_outage_loses_nothing(r
     assert docs[2]["latency_ms"][0]["max"] == 1500.0  # the max of that interval only
     assert docs[0]["upstream"] == [{"service": "web", "warm": 0, "cold": 1, "stale_retry": 0}]
     assert docs[1]["upstream"] == []
+    assert docs[1]["l7_connections"] == {"h1": 0, "h2": 0} and docs[1]["h2_refusals"] == {}  # deltas
 
 
 async def _publish_once(publisher: MetricsPublisher) -> bool:

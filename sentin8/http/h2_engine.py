@@ -80,6 +80,13 @@ _DOS_REASON = (
 )
 
 _DRAIN_PING = b"s8-drain"
+
+# Reads are fed to the engine in slices of this size, its output taken between them. The engine counts a
+# stream it reset (a malformed block, DATA beyond content-length) against SETTINGS_MAX_CONCURRENT_STREAMS
+# until its RST_STREAM is written: fed 16 KiB of such streams at once, it would take the 101st for a client
+# over the cap (GOAWAY PROTOCOL_ERROR) before our budget saw one of them. 1 KiB holds fewer than 100 of the
+# smallest (HEADERS + DATA, ~24 B), so the premature-reset budget answers MadeYouReset, as it does Rapid Reset.
+_SLICE = 1024
 _STATUS = {s: b"%d" % s for s in (100, 103, 200, 201, 204, 206, 301, 302, 304, 400, 403, 404, 500, 502, 503)}
 
 # per-stream flags
@@ -172,8 +179,18 @@ class ServerConnection:
         if self.ended is not None:
             return []
         self.received += len(data)
+        c = self._c
         try:
-            self._c.receive_data(data)
+            if len(data) <= _SLICE:
+                c.receive_data(data)
+            else:
+                view = memoryview(data)
+                for at in range(0, len(view), _SLICE):
+                    c.receive_data(view[at : at + _SLICE])
+                    if c.want_write:  # its own RSTs: out now, so the streams they end no longer count
+                        self._final += c.data_to_send()
+                    if not c.want_read:
+                        break  # the engine is closing (its GOAWAY is in _final): the rest is not read
         except ngh2.DenialOfServiceError as exc:
             msg = str(exc)
             reason = next((r for key, r in _DOS_REASON if key in msg), "h2_engine_error")
@@ -197,7 +214,7 @@ class ServerConnection:
         if self.ended is None and not self._c.want_read:
             # the engine reads no more: it queued its own GOAWAY (a limit, a protocol error), or the client's
             # GOAWAY left no stream open. Take its output now to learn the code (ConnectionClosed)
-            self._final = self._c.data_to_send()
+            self._final += self._c.data_to_send()
             self._translate(self._c.events(), events)
             if self.ended is None:
                 self.ended = ConnectionEnded("", NO_ERROR)
@@ -206,7 +223,7 @@ class ServerConnection:
 
     def _fail(self, reason: str, code: int) -> list[Event]:
         """The engine gave up on the connection and kept no session: answer with our own GOAWAY."""
-        self._final = goaway_frame(self.last_stream_id, code)
+        self._final += goaway_frame(self.last_stream_id, code)
         self._dead = True
         self.ended = ConnectionEnded(reason, code)
         self._streams.clear()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from .acme import ACME_PREFIX, NOT_ACME, acme_challenge
 from .framing import H2_VERSION, Header, RequestHead, split_host
 
 __all__ = ["H2_VERSION", "REASONS", "STREAM_ERROR", "H2Refusal", "check_body_length", "check_trailers", "map_request"]
@@ -82,7 +83,7 @@ CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connectio
 _NAME_BYTES = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz"
 _NAME_BYTES_LF = _NAME_BYTES + b"\n"
 _PSEUDO_NAME = re.compile(rb":[!#$%&'*+\-.^_`|~0-9a-z]+")
-_SPECIAL = frozenset({b"cookie", b"host", b"content-length", b"te"}) | CONNECTION_SPECIFIC
+_SPECIAL = frozenset({b"cookie", b"host", b"content-length", b"te", b"expect"}) | CONNECTION_SPECIFIC
 _VALUE_CTL = bytes(c for c in range(32) if c not in (9, 10)) + b"\x7f"  # HTAB allowed; LF is the joiner
 _TAB_TO_SP = bytes.maketrans(b"\t", b" ")
 _METHOD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -207,6 +208,7 @@ def map_request(
         _check_values(fields)
     content_length: int | None = None
     host_value: bytes | None = None
+    expect = False
     special = _SPECIAL.intersection(names)  # one C pass; nearly always {} or {b"cookie"}
     if special:
         if not special.isdisjoint(CONNECTION_SPECIFIC):
@@ -226,6 +228,8 @@ def map_request(
             at = names.index(b"host")
             host_value = out[at][1]
             del out[at], names[at]  # one Host upstream: the one from :authority, first
+        if b"expect" in special:  # the proxy answers 100 Continue itself when the WAF needs the body first
+            expect = any(n == b"expect" and v.strip(b" \t").lower() == b"100-continue" for n, v in out)
         if b"cookie" in special and names.count(b"cookie") > 1:
             _join_cookies(out, names)
     if method is None:
@@ -267,6 +271,10 @@ def map_request(
         not end_stream and content_length is None,  # undeclared length: chunked upstream
         True,
         False,
+        acme=acme_challenge(method, path, origin_form=True, body=not end_stream, upgrade=False)
+        if path.startswith(ACME_PREFIX)
+        else NOT_ACME,  # HTTP-01 challenges take the same bypass as on h1 (acme.py decides what is one)
+        expect_continue=expect and not end_stream,
     )
 
 

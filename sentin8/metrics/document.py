@@ -53,6 +53,8 @@ def build(
     }
     handshake = {reason: d(i) for reason, i in c.HANDSHAKE_REASONS.items() if d(i)}
     policy = {kind: d(i) for kind, i in c.POLICY_KINDS.items() if d(i)}
+    protocols = {p: d(i) for p, i in c.L7_PROTOCOLS.items()}
+    h2_refusals = {reason: d(i) for reason, i in c.H2_REFUSALS.items() if d(i)}
     requests, latency, upstream, l4 = [], [], [], []
     used = min(len(service_names), (len(now) - c.MAX_COUNTERS) // c.SERVICE_WORDS)
     for sidx in range(used):
@@ -97,4 +99,6 @@ def build(
         "policy_blocks": policy,
         "upstream": upstream,
         "l4_connections": l4,
+        "l7_connections": protocols,  # by protocol: {"h1": n, "h2": n}
+        "h2_refusals": h2_refusals,  # reason -> count, non-zero only
     }

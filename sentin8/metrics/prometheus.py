@@ -75,6 +75,13 @@ FAMILIES: tuple[Family, ...] = (
         ("service", "direction"),
     ),
     Family("sentin8_connections", "counter", "Accepted connections by source side", ("side",)),
+    Family("sentin8_l7_connections", "counter", "L7 client connections by the protocol ALPN chose", ("protocol",)),
+    Family(
+        "sentin8_h2_refusals",
+        "counter",
+        "HTTP/2 refusals by reason: floods, premature resets, GOAWAYs, malformed requests",
+        ("reason",),
+    ),
     Family("sentin8_handshake_errors", "counter", "Failed client TLS handshakes by reason", ("reason",)),
     Family("sentin8_policy_blocks", "counter", "Requests and connections refused by policy, by kind", ("kind",)),
     Family(
@@ -168,6 +175,14 @@ class SharedCountersCollector(Collector):
         for side in ("external", "internal"):
             connections.add_metric([side], total[f"traffic_{side}_connections"])
         yield connections
+        protocols = _new("sentin8_l7_connections")
+        for proto, i in c.L7_PROTOCOLS.items():
+            protocols.add_metric([proto], words[i])
+        yield protocols
+        h2_refusals = _new("sentin8_h2_refusals")
+        for reason, i in c.H2_REFUSALS.items():
+            h2_refusals.add_metric([reason], words[i])
+        yield h2_refusals
         handshake = _new("sentin8_handshake_errors")
         for reason, i in c.HANDSHAKE_REASONS.items():
             handshake.add_metric([reason], words[i])

@@ -15,6 +15,8 @@ import os
 import socket
 from typing import Any
 
+from .. import valkey_client
+from ..config import ValkeyTarget
 from ..eventlog import event
 from ..shm import counters as c
 from ..shm.counters import CounterReader
@@ -27,7 +29,7 @@ class MetricsPublisher:
         self,
         reader: CounterReader,
         names: ServiceNames,
-        url: str,
+        target: ValkeyTarget | str,
         channel: str,
         interval_s: float,
         *,
@@ -35,7 +37,7 @@ class MetricsPublisher:
     ) -> None:
         self.reader = reader
         self.names = names
-        self.url = url
+        self.target = ValkeyTarget(target) if isinstance(target, str) else target  # a str: one server's URL
         self.channel = channel
         self.interval_s = interval_s
         self.timeout_s = max(0.5, min(5.0, interval_s / 2))
@@ -46,15 +48,9 @@ class MetricsPublisher:
 
     def _valkey(self) -> Any:
         if self._client is None:
-            import redis.asyncio as aioredis
-            from redis.asyncio.retry import Retry
-            from redis.backoff import NoBackoff
-
-            self._client = aioredis.Redis.from_url(
-                self.url,
-                socket_connect_timeout=self.timeout_s,
-                socket_timeout=self.timeout_s,
-                retry=Retry(NoBackoff(), 0),  # a failure shows at once; the next interval is the retry
+            # no client-side retry: a failure shows at once; the next interval is the retry
+            self._client = valkey_client.connect(
+                self.target, connect_timeout_s=self.timeout_s, timeout_s=self.timeout_s
             )
         return self._client
 
@@ -117,8 +113,4 @@ class MetricsPublisher:
                     due = loop.time()
         finally:
             client, self._client = self._client, None
-            if client is not None:
-                try:
-                    await client.aclose()
-                except Exception:  # closing a dead connection may fail: nothing left to do
-                    pass
+            await valkey_client.close(client)

@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import runtime_policy
 from ..cluster import policy_doc
+from ..config import ValkeyTarget
 from ..eventlog import event
 from .policy_admin import PolicyAdmin
 
@@ -26,9 +27,9 @@ RETRY_S = 1.0
 
 
 class PolicySync:
-    def __init__(self, admin: PolicyAdmin, url: str, cluster_id: str, node_id: str) -> None:
+    def __init__(self, admin: PolicyAdmin, target: ValkeyTarget | str, cluster_id: str, node_id: str) -> None:
         self.admin = admin
-        self.url = url
+        self.target = ValkeyTarget(target) if isinstance(target, str) else target  # a str: one server's URL
         self.key = policy_doc.doc_key(cluster_id)
         self.channel = policy_doc.channel(cluster_id)
         self.node_id = node_id
@@ -39,15 +40,10 @@ class PolicySync:
 
     def _valkey(self) -> Any:
         if self._client is None:
-            import redis.asyncio as aioredis
-            from redis.asyncio.retry import Retry
-            from redis.backoff import NoBackoff
+            from .. import valkey_client
 
-            self._client = aioredis.Redis.from_url(
-                self.url,
-                socket_connect_timeout=PUSH_TIMEOUT_S,
-                socket_timeout=PUSH_TIMEOUT_S,
-                retry=Retry(NoBackoff(), 0),
+            self._client = valkey_client.connect(
+                self.target, connect_timeout_s=PUSH_TIMEOUT_S, timeout_s=PUSH_TIMEOUT_S
             )
             self._publish = self._client.register_script(policy_doc.PUBLISH)
         return self._client
@@ -55,10 +51,9 @@ class PolicySync:
     async def _drop(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            try:
-                await client.aclose()
-            except Exception:  # closing a dead connection may fail: nothing left to do
-                pass
+            from .. import valkey_client
+
+            await valkey_client.close(client)
 
     async def push(self) -> None:
         """Publish the current overlay as the cluster's newest version (after a local change)."""

@@ -244,6 +244,9 @@ def _by_prefix(prefix: str) -> dict[str, int]:
 
 
 HANDSHAKE_REASONS = _by_prefix(HANDSHAKE_PREFIX)  # reason -> word
+L7_PROTOCOLS = {p: INDEX[f"l7_connections_{p}"] for p in ("h1", "h2")}  # L7 connections by ALPN's choice
+# every HTTP/2 refusal: the engine's, the budgets', the request mapping's (each counted once by its reason)
+H2_REFUSALS = {r: INDEX[r] for r in (*_H2_ENGINE_REASONS, *_H2_BUDGET_REASONS, *_H2_REQUEST_REASONS)}
 POLICY_KINDS = _by_prefix(POLICY_PREFIX)  # kind -> word
 _HS_OTHER = HANDSHAKE_REASONS["protocol_error"]
 

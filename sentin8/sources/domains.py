@@ -2,7 +2,10 @@
 
 ``deduce_routes`` is the whole policy and is sans-IO (rows in, routes out). ``PostgresDomains`` only runs the
 four SELECTs, in one read-only REPEATABLE READ transaction so the tables are seen at one instant (an env
-deleted between two queries must not leave an orphan app routing).
+deleted between two queries must not leave an orphan app routing). Read-only is also what a hot standby allows:
+a multi-host DSN (``target_session_attrs=prefer-standby``, ``load_balance_hosts=random``) may land on one, and
+``PostgresDomains.standby`` says whether the last load did (``pg_is_in_recovery()``, asked in the same
+transaction, so a promoted standby reads as a primary from its next load on).
 
 Deduction: only ``state = 'active'`` (exactly, lower case) routes, and only under active parents.
 An active app instance in an active env of an active org answers
@@ -179,6 +182,7 @@ class PostgresDomains:
         self.connect_timeout_s = max(2, int(connect_timeout_s))  # libpq's floor is 2 s
         self.statement_timeout_ms = int(statement_timeout_s * 1000)
         self._conn: psycopg.AsyncConnection | None = None
+        self.standby = False  # the last load was served by a standby in recovery (it may lag the primary)
 
     async def _connect(self) -> psycopg.AsyncConnection:
         conn = await psycopg.AsyncConnection.connect(
@@ -199,6 +203,9 @@ class PostgresDomains:
         conn = self._conn
         try:
             async with conn.transaction(), conn.cursor() as cur:
+                await cur.execute("SELECT pg_is_in_recovery()")
+                row = await cur.fetchone()
+                standby = bool(row and row[0])
                 await cur.execute(Q_ORGS)
                 orgs = [OrgRow(*r) for r in await cur.fetchall()]
                 await cur.execute(Q_ENVS)
@@ -211,6 +218,7 @@ class PostgresDomains:
             # Whatever went wrong (server gone, permission, cancellation), start from a fresh session next time.
             await self.close()
             raise
+        self.standby = standby
         return orgs, envs, apps, verticals
 
     async def load(self) -> DomainLoad:

@@ -11,6 +11,10 @@ Lifecycle (ARCHITECTURE.md §6):
 - **Events** (Valkey pub/sub): ``captain:changed`` -> registry reload, debounced (a burst costs one reload);
   ``sentin8:sys:domain:changed`` -> domain reload, newest wins (a pending flag, never a queue).
 - **Safety poll** every ``poll_interval_s`` for both, and SIGHUP (``reload``) reloads both at once.
+- **Standby lag**: the domain event comes over Valkey, not from PostgreSQL (LISTEN/NOTIFY would not reach a
+  standby anyway), so when the domains are read from a hot standby the reload it triggers may run before the
+  standby has replayed the change. An event-driven domain load served by a standby is therefore re-read
+  ``STANDBY_RECHECK_S`` later (each delay once, not a loop), and the safety poll covers any longer lag.
 - **Health refresh**: the registry is also re-read every ``health_refresh_s`` (< ``health_fresh_s``), since
   heartbeats are not announced; the table is republished only when something in it changed.
 - **Outage**: a failed load keeps the last good data and republishes it with ``stale=True``; ``built_at``
@@ -38,10 +42,7 @@ import socket
 import time
 from typing import Any
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-
+from .. import valkey_client
 from ..config import Config
 from ..eventlog import event
 from ..routing import Instance, Route, RoutingTable, build, encode
@@ -61,6 +62,9 @@ _KEEPALIVE = {
     socket.TCP_KEEPCNT: 3,
     socket.TCP_USER_TIMEOUT: 45_000,
 }
+
+
+STANDBY_RECHECK_S = (1.0, 5.0)  # re-reads after an event-driven domain load that a standby served
 
 
 def _describe(exc: BaseException) -> str:
@@ -86,10 +90,12 @@ class _SourceState:
         self.failures = 0
         self.requests = 0  # reload requests: events, polls, retries, SIGHUP
         self.details: dict[str, Any] = {}  # malformed entries, skipped hostnames, conflicts
+        self.by_event = False  # a change event asked for the pending load
 
-    def request(self) -> None:
+    def request(self, by_event: bool = False) -> None:
         if self.live:
             self.requests += 1
+            self.by_event = self.by_event or by_event
             self.want.set()
 
     def snapshot(self) -> dict[str, Any]:
@@ -136,7 +142,7 @@ class LiveRunner:
         self._sources = (self.registry, self.domains)
         self._instances: list[Instance] = [] if self.registry.live else file_instances(cfg)
         self._routes: list[Route] = [] if self.domains.live else file_routes(cfg)
-        self._valkey: aioredis.Redis | None = None
+        self._valkey: Any = None  # redis-py's Redis or RedisCluster (sources.valkey_mode)
         self._postgres = (
             PostgresDomains(src.postgres_dsn, src.apps_domain, connect_timeout_s=int(connect_timeout_s))
             if self.domains.live
@@ -242,14 +248,11 @@ class LiveRunner:
 
     # ---- loads ----------------------------------------------------------------------------------------
 
-    def _valkey_client(self) -> aioredis.Redis:
+    def _valkey_client(self) -> Any:
         if self._valkey is None:
             # No client-side retries: this runner owns retry and backoff, and an outage must show at once.
-            self._valkey = aioredis.Redis.from_url(
-                self.cfg.sources.valkey_url,
-                socket_connect_timeout=self.connect_timeout_s,
-                socket_timeout=self.load_timeout_s,
-                retry=Retry(NoBackoff(), 0),
+            self._valkey = valkey_client.connect(
+                self.cfg.sources_valkey(), connect_timeout_s=self.connect_timeout_s, timeout_s=self.load_timeout_s
             )
         return self._valkey
 
@@ -262,7 +265,12 @@ class LiveRunner:
             assert self._postgres is not None
             dom = await self._postgres.load()
             self._routes = dom.routes
-            src.details = {"skipped": dom.skipped, "conflicts": dom.conflicts, "notes": dom.notes[:10]}
+            src.details = {
+                "skipped": dom.skipped,
+                "conflicts": dom.conflicts,
+                "notes": dom.notes[:10],
+                "standby": self._postgres.standby,
+            }
 
     async def _attempt(self, src: _SourceState) -> bool:
         try:
@@ -307,9 +315,14 @@ class LiveRunner:
                 if src.debounce_s > 0:
                     await asyncio.sleep(src.debounce_s)  # let the burst land: everything in it costs one load
             src.want.clear()  # requests from here on ask for a newer load than the one starting now
+            by_event, src.by_event = src.by_event, False
             if await self._attempt(src):
                 backoff = self.backoff_initial_s
                 retrying = False
+                if by_event and src is self.domains and self._postgres is not None and self._postgres.standby:
+                    loop = asyncio.get_running_loop()
+                    for delay in STANDBY_RECHECK_S:  # the standby may not have replayed the change yet
+                        loop.call_later(delay, src.request)
                 continue
             # A retry is not an event burst: no debounce, so a recovered source is read within the backoff.
             await asyncio.sleep(backoff)
@@ -350,13 +363,12 @@ class LiveRunner:
             DOMAIN_CHANNEL.encode(): (DOMAIN_CHANNEL, self.domains),
         }
         while True:
-            client = aioredis.Redis.from_url(
-                self.cfg.sources.valkey_url,
-                socket_connect_timeout=self.connect_timeout_s,
-                socket_timeout=self.load_timeout_s,
+            client = valkey_client.connect(
+                self.cfg.sources_valkey(),
+                connect_timeout_s=self.connect_timeout_s,
+                timeout_s=self.load_timeout_s,
                 health_check_interval=max(1, int(self.ping_interval_s)),
                 socket_keepalive_options=_KEEPALIVE,
-                retry=Retry(NoBackoff(), 0),
             )
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
@@ -374,7 +386,7 @@ class LiveRunner:
                     hit = channels.get(msg["channel"])
                     if hit is not None:
                         self._sub["events"][hit[0]] += 1
-                        hit[1].request()
+                        hit[1].request(by_event=True)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -389,8 +401,7 @@ class LiveRunner:
                 self._sub["connected"] = False
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
-                with contextlib.suppress(Exception):
-                    await client.aclose()
+                await valkey_client.close(client)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self.backoff_max_s)
 
@@ -442,8 +453,6 @@ class LiveRunner:
 
     async def close(self) -> None:
         client, self._valkey = self._valkey, None
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await client.aclose()
+        await valkey_client.close(client)
         if self._postgres is not None:
             await self._postgres.close()

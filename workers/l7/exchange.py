@@ -109,6 +109,7 @@ class Exchange(ResponseRelay):
         self._waf: WafWait | None = None
         self.resp_parser: httptools.HttpResponseParser | None = None
         self.resp_raw, self.interims, self.interim_bytes = b"", 0, 0  # the response's heads (relay.py)
+        self.resp_trailers: list[Header] = []  # a chunked body's trailers (relay.py)
         self._reset_response()
 
     def _to(self, state: ExchangeState) -> None:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 
 class ResponseRelay:
-    __slots__ = ("interim_bytes", "interims", "resp_raw")  # set by Exchange.__init__
+    __slots__ = ("interim_bytes", "interims", "resp_raw", "resp_trailers")  # set by Exchange.__init__
 
     # Provided by Exchange (its slots).
     client: Downstream
@@ -93,7 +93,11 @@ class ResponseRelay:
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.state is not RESPONSE_HEAD:
-            return  # trailers are dropped
+            # a chunked body's trailers, within the same budget as the head: the client side relays them
+            # (HTTP/2) or drops them (HTTP/1.1, as RFC 9110 §6.5.1 allows)
+            self.resp_budget.add(name, value)
+            self.resp_trailers.append((name, value))
+            return
         self.resp_budget.add(name, value)  # HeadError -> parser error -> 502
         self.resp_headers.append((name, value))
 
@@ -150,5 +154,9 @@ class ResponseRelay:
             return
         if state is UPGRADING:
             return  # HttpParserUpgrade follows
-        self.client.send_end()
+        trailers = self.resp_trailers
+        if trailers:
+            self.client.send_trailers(response_headers(trailers, interim=True))  # no framing fields in them
+        else:
+            self.client.send_end()
         self._to(RECEIVED)

@@ -57,6 +57,9 @@ class ResponseWriter:
         if data is not None:
             self._out.append(data)
 
+    def send_trailers(self, headers: list[Header]) -> None:
+        self.send_end()  # dropped, as RFC 9110 §6.5.1 allows: the client never asked for them (TE: trailers)
+
     def send_abort(self) -> None:
         self._resp.abort()
 

@@ -45,6 +45,9 @@ from .stream import WRITE_HIGH, H2Stream
 
 log = logging.getLogger("sentin8.l7")
 
+LINGER_S = 2.0  # after our last bytes and FIN, how long the client's bytes are still read (and discarded)
+LINGER_BYTES = 1 << 20  # ... and how many: past either, the connection is closed
+
 
 class H2Bridge(asyncio.Protocol):
     """One h2 client connection. The class knobs are the worker's, as for ``L7Bridge``."""
@@ -76,6 +79,7 @@ class H2Bridge(asyncio.Protocol):
         self._final_sent = False  # the drain's final GOAWAY has gone
         self._paused_streams = 0  # streams whose queued response is above stream.WRITE_HIGH
         self._timer: asyncio.TimerHandle | None = None
+        self._lingered = 0  # bytes read and discarded since the lingering close began
 
     # -- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -97,7 +101,10 @@ class H2Bridge(asyncio.Protocol):
             self.begin_drain()
 
     def data_received(self, data: bytes) -> None:
-        if self._closing:
+        if self._closing:  # lingering: read and discard, within a bound
+            self._lingered += len(data)
+            if self._lingered > LINGER_BYTES:
+                self._linger_over()
             return
         budget = self.budget
         engine = self.engine
@@ -125,7 +132,7 @@ class H2Bridge(asyncio.Protocol):
             self.transport.pause_reading()
 
     def eof_received(self) -> bool | None:
-        return None
+        return None  # the TLS layer closes (close_notify first); a lingering close ends here too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -161,8 +168,7 @@ class H2Bridge(asyncio.Protocol):
             try:
                 check_body_length(req.head.content_length, req.received, ev.end_stream)  # type: ignore[attr-defined,union-attr]
             except H2Refusal as exc:
-                self._stream_error(st, exc.reason)
-                return None
+                return self._stream_error(st, exc.reason)
             st.data(ev.data, ev.flow)  # type: ignore[attr-defined]
             if ev.end_stream:  # type: ignore[attr-defined]
                 self._request_complete(st)
@@ -175,8 +181,7 @@ class H2Bridge(asyncio.Protocol):
                     check_trailers(ev.fields)  # type: ignore[attr-defined]
                     check_body_length(st.req.head.content_length, st.req.received, True)  # type: ignore[union-attr]
                 except H2Refusal as exc:
-                    self._stream_error(st, exc.reason)
-                    return None
+                    return self._stream_error(st, exc.reason)
                 self._request_complete(st)  # trailers are dropped, as h1's are
         elif t is StreamReset:
             sid = ev.stream_id  # type: ignore[attr-defined]
@@ -190,7 +195,12 @@ class H2Bridge(asyncio.Protocol):
             if ev.remote:  # type: ignore[attr-defined]
                 return self.budget.reset_by_peer(sid, self.loop.time())
             if ev.error_code == h2_codes.PROTOCOL_ERROR:  # type: ignore[attr-defined]
-                self.ctx.count("h2_stream_errors")  # the engine's own check (content-length vs DATA...)
+                # the engine's own check (content-length vs DATA...): the client made us reset it, which is
+                # MadeYouReset's way, so it counts as a premature reset
+                self.ctx.count("h2_stream_errors")
+                verdict = self.budget.reset_by_peer(sid, self.loop.time())
+                self.budget.done(sid)
+                return verdict
             self.budget.reset_by_us(sid)
         elif t is StreamRefused:  # the engine refused a malformed stream (RST_STREAM): never forwarded
             self.ctx.count(ev.reason)  # type: ignore[attr-defined]
@@ -223,14 +233,16 @@ class H2Bridge(asyncio.Protocol):
             head = map_request(ev.fields, ev.end_stream, max_headers=self._max_headers, fields_checked=FIELDS_CHECKED)
         except H2Refusal as exc:
             self.ctx.count(exc.reason)
+            verdict = None
             if exc.status == STREAM_ERROR:
                 self.ctx.count("h2_stream_errors")
                 self.engine.reset(sid, h2_codes.PROTOCOL_ERROR)
+                verdict = self.budget.reset_by_peer(sid, self.loop.time())  # provoked: premature
             else:
                 self.ctx.count(f"http_{exc.status}")
                 self.engine.send_head(sid, exc.status, [(b"content-length", b"0")], end_stream=True)
             self.budget.done(sid)
-            return None
+            return verdict
         budget = HeaderBudget(1 << 30, 1 << 30)
         for name, value in head.headers:
             budget.add(name, value)  # only its size is read (the WAF's cost estimate)
@@ -257,16 +269,19 @@ class H2Bridge(asyncio.Protocol):
         if ex is not None:
             ex.client_body_end()
 
-    def _stream_error(self, st: H2Stream, reason: str) -> None:
-        """A malformed request body (content-length vs DATA, bad trailers): RST_STREAM PROTOCOL_ERROR."""
+    def _stream_error(self, st: H2Stream, reason: str) -> Verdict | None:
+        """A malformed request body (content-length vs DATA, bad trailers): RST_STREAM PROTOCOL_ERROR, a
+        premature reset the client provoked (MadeYouReset)."""
         self.ctx.count(reason)
         self.ctx.count("h2_stream_errors")
         st.ended = True
         self.engine.reset(st.sid, h2_codes.PROTOCOL_ERROR)
+        verdict = self.budget.reset_by_peer(st.sid, self.loop.time())
         ex = st.ex
         if ex is not None:
             ex.client_gone()
         self._forget(st)
+        return verdict
 
     def _windows_opened(self) -> None:
         for st in self.streams.values():
@@ -372,8 +387,24 @@ class H2Bridge(asyncio.Protocol):
             timer.cancel()
 
     def _close(self) -> None:
-        if not self._closing:
-            self._closing = True
-            self._cancel_timer()
-            if self.transport is not None:
-                self.transport.close()
+        """A lingering close (nginx's ``lingering_close``): close_notify and FIN after the last bytes, then
+        read and discard what the client still sends, for at most ``LINGER_S`` or ``LINGER_BYTES``. Closing
+        at once with unread bytes in the kernel's buffer would send a TCP reset, and the client's stack
+        would drop our GOAWAY with its receive buffer: the client must see why it was closed."""
+        if self._closing:
+            return
+        self._closing = True
+        self._cancel_timer()
+        transport = self.transport
+        if transport is None:
+            return
+        transport.write_eof()
+        if not self._reading:
+            self._reading = True
+            transport.resume_reading()
+        self._timer = self.loop.call_later(LINGER_S, self._linger_over)
+
+    def _linger_over(self) -> None:
+        self._timer = None
+        if self.transport is not None:
+            self.transport.close()

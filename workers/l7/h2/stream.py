@@ -134,6 +134,12 @@ class H2Stream:
             self.ended = True
             self._conn.engine.end_stream(self.sid)
 
+    def send_trailers(self, headers: list[Header]) -> None:
+        """The backend's trailers (a chunked body's): a HEADERS frame with END_STREAM after the body."""
+        if not self.ended:
+            self.ended = True
+            self._conn.engine.send_trailers(self.sid, [(n.lower(), v) for n, v in headers])
+
     def send_abort(self) -> None:
         if not self.ended:
             self.ended = True
