@@ -40,7 +40,7 @@ return 0
 
 class TicketSync:
     def __init__(self, cfg: Config, ring: TicketKeyRing, status: ClusterStatus, secret: bytes) -> None:
-        self.url = cfg.cluster_valkey_url()
+        self.target = cfg.cluster_valkey()  # one key: a cluster-mode Valkey routes it to one node
         self.cluster_id = cfg.cluster.cluster_id
         self.node_id = cfg.cluster_node_id()
         self.key = ticket_state.state_key(self.cluster_id)
@@ -57,26 +57,20 @@ class TicketSync:
 
     def _valkey(self) -> Any:
         if self._client is None:
-            import redis.asyncio as aioredis
-            from redis.asyncio.retry import Retry
-            from redis.backoff import NoBackoff
+            from sentin8 import valkey_client
 
-            self._client = aioredis.Redis.from_url(
-                self.url,
-                socket_connect_timeout=self.timeout_s,
-                socket_timeout=self.timeout_s,
-                retry=Retry(NoBackoff(), 0),
+            # every valkey_mode; no client-side retry: a failure shows at once, the next cycle retries
+            self._client = valkey_client.connect(
+                self.target, connect_timeout_s=self.timeout_s, timeout_s=self.timeout_s
             )
             self._cas = self._client.register_script(_CAS)
         return self._client
 
     async def _drop(self) -> None:
+        from sentin8 import valkey_client
+
         client, self._client, self._cas = self._client, None, None
-        if client is not None:
-            try:
-                await client.aclose()
-            except Exception:  # a dead connection may fail to close
-                pass
+        await valkey_client.close(client)  # never raises
 
     def _local_state(self, epoch: int) -> TicketState:
         """This fleet's own ring as a state (what the first host publishes)."""

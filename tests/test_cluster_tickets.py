@@ -15,6 +15,7 @@ from sentin8.shm.cluster import ClusterStatus
 from sentin8.shm.cluster import region_bytes as status_bytes
 from sentin8.ticketkeys import TicketKey, TicketKeyRing, ratchet
 from supervisor.ticket_sync import TicketSync
+from tests.topologies import valkey_group  # noqa: F401 - fixture
 
 SECRET = b"s" * 40
 HOUR = 3600.0
@@ -130,14 +131,42 @@ def test_ring_install_replaces_every_processes_keys() -> None:
 # ---- two hosts' syncers, one real Valkey, the clock moved across a rotation and a reseed ------------------
 
 
-def _host(url: str, node: str, clock) -> tuple[TicketKeyRing, TicketSync, ClusterStatus]:
-    cfg = load_bytes(b'[cluster]\nenabled = true\nnode_id = "%s"\nvalkey_url = "%s"\n' % (node.encode(), url.encode()))
+def _host(url: str, node: str, clock, sources: str = "") -> tuple[TicketKeyRing, TicketSync, ClusterStatus]:
+    where = f'valkey_url = "{url}"' if url else ""
+    cfg = load_bytes(f'{sources}\n[cluster]\nenabled = true\nnode_id = "{node}"\n{where}\n'.encode())
     ring = TicketKeyRing(
         memoryview(mmap.mmap(-1, TicketKeyRing.REGION_BYTES, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)), HOUR, clock
     )
     ring.seed()
     st = ClusterStatus(memoryview(mmap.mmap(-1, status_bytes(), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)))
     return ring, TicketSync(cfg, ring, st, SECRET), st
+
+
+def test_the_ticket_state_is_shared_in_every_valkey_mode(valkey_group) -> None:  # noqa: F811
+    """A 3-master Valkey Cluster, then behind Sentinel: the state's one key, SET NX and the CAS script."""
+    r = ts.reseed_epoch(int(1_700_000_000 // HOUR), HOUR)
+    now = [(r - 2) * HOUR + 5]
+    sources = f"[sources]\n{valkey_group.sources()}"
+
+    async def main() -> None:
+        ring_a, a, st_a = _host("", "a:443", lambda: now[0], sources)
+        ring_b, b, st_b = _host("", "b:443", lambda: now[0], sources)
+        assert a.target.mode in ("cluster", "sentinel")
+        try:
+            await a.cycle()
+            await b.cycle()
+            assert st_a.tickets_shared and st_b.tickets_shared and ring_a.keys() == ring_b.keys()
+            now[0] += HOUR  # the announcement through the CAS script
+            await a.cycle()
+            await b.cycle()
+            assert set(ring_a.slots()) == set(ring_b.slots()) == {r - 2, r - 1, r}
+            now[0] += HOUR
+            assert ring_a.keys() == ring_b.keys() and ring_a.keys()[0].epoch == r
+        finally:
+            await a._drop()
+            await b._drop()
+
+    asyncio.run(main())
 
 
 def test_two_hosts_share_keys_across_a_rotation_and_a_reseed(redis_server) -> None:
