@@ -218,7 +218,8 @@ class Arbiter:
 
     def _fork(self, role: str, title: str, target: Callable[[], int], cpu: int | None = None) -> int:
         def before() -> None:
-            self.cluster_secret = b""  # no child uses it yet (the limiter needs none): keep it out of their memory
+            if role != "resolver":
+                self.cluster_secret = b""  # only the resolver (its ticket syncer) needs it: out of other children
             if role != "mgmt":
                 self.mgmt_secret = b""  # only the management process needs it
                 if self.mgmt_sock is not None:
@@ -233,7 +234,8 @@ class Arbiter:
         cfg = self.cfg
 
         def target() -> int:
-            return Resolver(cfg, self.shared, self.status_w, self.config_path, self.resolver_slot).run()
+            secret = self.cluster_secret
+            return Resolver(cfg, self.shared, self.status_w, self.config_path, self.resolver_slot, secret).run()
 
         pid = self._fork("resolver", "sentin8-proxy: resolver", target)
         self.children[pid] = Child("resolver", 0, pid, self.resolver_slot)

@@ -24,7 +24,7 @@ from sentin8.sources import SourceRunner, lastknown
 from sentin8.sources.files import FileRunner
 from sentin8.sources.lastknown import LastKnown
 
-from . import cluster_sync, routing_cache
+from . import cluster_sync, routing_cache, ticket_sync
 
 
 def has_live_source(cfg: Config) -> bool:
@@ -47,8 +47,10 @@ class Resolver:
         status_fd: int,
         config_path: str | None,
         counter_slot: int | None = None,
+        cluster_secret: bytes = b"",
     ) -> None:
         self.cfg = cfg
+        self.cluster_secret = cluster_secret  # cluster.secret_env: only this child holds it (the ticket syncer)
         self.shared = shared
         self.writer = shared.snapshot_writer()
         self.service_names = shared.service_names()
@@ -120,12 +122,18 @@ class Resolver:
             seed = self.last_known()
             self.cache = routing_cache.CacheWriter(self.cfg.tls.state_dir, self.count)
             routing_cache.remove_leftovers(self.cfg.tls.state_dir)
+        tickets = ticket_sync.make(self.cfg, self.shared, self.cluster_secret)  # cluster mode's ticket keys
+        self.cluster_secret = b""  # the syncer holds the key it derived, nothing else needs the secret
+        tickets_task = None
+        if tickets is not None:
+            await tickets.first()  # before routes load, so workers start sealing with the cluster's keys
+            tickets_task = loop.create_task(tickets.run(), name="sentin8-cluster-tickets")
         runner = make_runner(self.cfg, self.config_path, seed)
         task = loop.create_task(runner.run(self.publish, reload))
         metrics = self._metrics_task(loop)
         cluster = cluster_sync.start(self.cfg, self.shared, loop)  # cluster mode's limiter syncer, or None
         await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)
-        for side_task in (metrics, cluster):
+        for side_task in (metrics, cluster, tickets_task):
             if side_task is not None:
                 side_task.cancel()
         if task.done():

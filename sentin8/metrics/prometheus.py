@@ -270,6 +270,11 @@ class SharedCountersCollector(Collector):
         yield CounterMetricFamily(
             "sentin8_cluster_sync_errors", "Failed limiter syncs (Valkey unreachable or slow)", value=st["sync_errors"]
         )
+        yield GaugeMetricFamily(
+            "sentin8_cluster_ticket_keys_shared",
+            "1 while this host seals session tickets with the cluster's shared ratchet, 0 with local keys",
+            value=st["ticket_keys_shared"],
+        )
         yield CounterMetricFamily(
             "sentin8_cluster_fallback_seconds",
             "Time the limiter spent in local fallback",

@@ -28,7 +28,8 @@ LIMITER = {OFF: "local", FALLBACK: "local-fallback", GLOBAL: "global"}
     _FALLBACK_US,  # completed outages
     _FALLBACK_SINCE_US,  # 0 = not in fallback
     _BACKLOG,
-) = range(14)
+    _TICKETS,  # 1 = this fleet seals with the cluster's shared ticket ratchet (the ticket syncer says so)
+) = range(15)
 WORDS = 16
 
 
@@ -83,11 +84,19 @@ class ClusterStatus:
     def failed(self) -> None:
         self._w[_ERRORS] += 1
 
+    def set_tickets_shared(self, shared: bool) -> None:
+        """Written by the ticket syncer (the resolver's other cluster task) only."""
+        self._w[_TICKETS] = 1 if shared else 0
+
     # ---- readers -----------------------------------------------------------------------------------------
 
     @property
     def limiter(self) -> str:
         return LIMITER.get(self._w[_LIMITER], "local")
+
+    @property
+    def tickets_shared(self) -> bool:
+        return self._w[_TICKETS] == 1
 
     @property
     def share(self) -> int:
@@ -120,4 +129,5 @@ class ClusterStatus:
             "sync_errors": w[_ERRORS],
             "fallback_seconds": self.fallback_seconds(),
             "backlog": w[_BACKLOG],
+            "ticket_keys_shared": int(w[_TICKETS] == 1),
         }

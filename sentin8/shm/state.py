@@ -95,7 +95,7 @@ class SharedState:
         return {
             "enabled": self.cluster_enabled,
             "limiter": status.limiter if self.cluster_enabled else "local",
-            "ticket_keys": "local",  # shared ticket keys are not built yet: every host keeps its own
+            "ticket_keys": "shared" if self.cluster_enabled and status.tickets_shared else "local",
             "hosts_seen": status.hosts_seen if self.cluster_enabled else 1,
         }
 
