@@ -53,7 +53,7 @@ def _system_library(name: str | None) -> PcreInUse:
     if not path:
         return PcreInUse("bundled", reason="no system libpcre2-8 found (Debian: libpcre2-8-0)")
     try:
-        lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        lib = ctypes.CDLL(path)  # local first: only a JIT-capable copy may take the engine's calls
     except OSError as exc:
         return PcreInUse("bundled", reason=f"{path} does not load ({exc})")
     try:
@@ -65,9 +65,12 @@ def _system_library(name: str | None) -> PcreInUse:
     jit = ctypes.c_uint32(0)
     version = ctypes.create_string_buffer(64)
     if config(_PCRE2_CONFIG_JIT, ctypes.byref(jit)) < 0 or not jit.value:
-        # loaded RTLD_GLOBAL all the same: the interpreter of either copy costs the same
         return PcreInUse("bundled", path=path, reason=f"{path} was built without JIT")
     config(_PCRE2_CONFIG_VERSION, version)
+    try:
+        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)  # the same object, now in the global scope
+    except OSError as exc:
+        return PcreInUse("bundled", path=path, reason=f"{path} does not load globally ({exc})")
     return PcreInUse("system", path=path, version=version.value.decode("ascii", "replace"), jit=True)
 
 
