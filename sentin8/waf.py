@@ -26,6 +26,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from . import pcre
 from .crs import CrsError, CrsLayout, families_of, family, layout, setup_directives
 
 if TYPE_CHECKING:
@@ -247,6 +248,7 @@ def _load_library() -> ctypes.CDLL:
     with _lib_lock:
         if _lib is not None:
             return _lib
+        pcre.preload()  # before the engine: its PCRE2 calls bind to a JIT-capable system copy when there is one
         try:
             lib = ctypes.CDLL(_library_path())  # CDLL: every call releases the GIL
         except (ImportError, OSError) as exc:

@@ -232,3 +232,60 @@ def test_ticket_lifetime_hint_is_the_rotation_period(store: CertStore) -> None:
     ring.seed()
     sni = tls.SNIContexts(store, tickets=TicketSealer(ring))
     assert sni.front.get_timeout() == 1800
+
+
+def counting_tickets(ctx: SSL.Context) -> list[int]:
+    """Make a client context count the NewSessionTicket messages it receives (its message callback sees
+    every decrypted handshake message); the returned one-element list is the count."""
+    ffi, seen = SSL._ffi, [0]
+
+    @ffi.callback("void(int, int, int, void *, size_t, SSL *, void *)")
+    def on_message(write_p: int, _v: int, content_type: int, buf: object, n: int, _s: object, _a: object) -> None:
+        if not write_p and content_type == 22 and n and ffi.cast("unsigned char *", buf)[0] == 4:
+            seen[0] += 1
+
+    SSL._lib.SSL_CTX_set_msg_callback(ctx._context, on_message)
+    ctx._ticket_counter = on_message  # type: ignore[attr-defined]  # alive as long as the context
+    return seen
+
+
+@pytest.mark.parametrize("sealed", [True, False], ids=["fleet-keys", "openssl-keys"])
+def test_one_ticket_per_handshake_and_resumption_stays_post_quantum(
+    store: CertStore, serve: Callable[..., ServerThread], sealed: bool
+) -> None:
+    if sealed and not session_tickets.available():
+        pytest.skip("bundled OpenSSL hook unreachable")
+    put_cert(Path(store.cert_dir), SNI, [SNI])
+    view = shared_region()
+    TicketKeyRing(view, ROTATION).seed()
+    sealers = [TicketSealer(TicketKeyRing(view, ROTATION)) if sealed else None for _ in range(2)]
+    workers = [serve(tls.SNIContexts(store, tickets=s).front) for s in sealers]
+    ctx = PQClient.make_context()
+    tickets = counting_tickets(ctx)
+
+    def connect(i: int, session: SSL.Session | None) -> PQClient:
+        c = workers[i].client(SNI, session=session, context=ctx)
+        c.handshake()
+        c.sendall(b"x")
+        assert c.recv() == b"x"  # the tickets arrive before the echo
+        return c
+
+    first = connect(0, None)
+    assert not first.resumed and tickets[0] == 1  # OpenSSL's default would be 2
+    session = first.session
+    first.close()
+    n = 6 if sealed else 1  # OpenSSL's own keys are per context: only the issuing worker opens its tickets
+    for k in range(n):
+        before = tickets[0]
+        c = connect((k + 1) % 2 if sealed else 0, session)
+        assert c.resumed
+        assert c.group_name == "X25519MLKEM768"  # psk_dhe_ke: a resumption still runs the hybrid key exchange
+        assert tickets[0] - before == 1  # and each resumption hands out the next ticket, just one
+        session = c.session
+        c.close()
+
+
+def test_num_tickets_setter_is_reachable() -> None:
+    ctx = tls.server_context()
+    assert tls.set_num_tickets(ctx, 1)
+    assert tls.set_num_tickets(ctx, 0)
