@@ -9,21 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..config import Cluster, ConfigError
-
-MIN_SECRET_BYTES = 32
+from ..config import Cluster
+from ..env_secret import secret_from_env
 
 
 def load_secret(cfg: Cluster, environ: Mapping[str, str]) -> bytes:
     """The secret from the variable ``cluster.secret_env`` names; ConfigError naming that key when it is unset
     or shorter than 32 bytes."""
-    value = environ.get(cfg.secret_env)
-    if not value:
-        raise ConfigError(f"cluster.secret_env: environment variable {cfg.secret_env} is not set")
-    secret = value.encode()
-    if len(secret) < MIN_SECRET_BYTES:
-        raise ConfigError(
-            f"cluster.secret_env: the secret in {cfg.secret_env} is {len(secret)} bytes,"
-            f" at least {MIN_SECRET_BYTES} are required"
-        )
-    return secret
+    return secret_from_env("cluster.secret_env", cfg.secret_env, environ)

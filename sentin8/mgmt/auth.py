@@ -18,7 +18,8 @@ from typing import Protocol
 import jwt
 
 from ..config import Mgmt
-from .credentials import MIN_SECRET_BYTES, AuthError, Principal
+from ..env_secret import MIN_SECRET_BYTES
+from .credentials import AuthError, Principal
 
 LEEWAY_S = 30
 JTI_CAPACITY = 16_384

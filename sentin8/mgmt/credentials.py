@@ -14,9 +14,8 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..config import ConfigError, Mgmt
-
-MIN_SECRET_BYTES = 32
+from ..config import Mgmt
+from ..env_secret import secret_from_env
 
 SCOPE_BACKENDS = "proxy:backends:read"
 SCOPE_MAPPINGS = "proxy:mappings:read"
@@ -28,16 +27,7 @@ ALL_SCOPES = (SCOPE_BACKENDS, SCOPE_MAPPINGS, SCOPE_STATS, SCOPE_POLICY)
 def load_secret(cfg: Mgmt, environ: Mapping[str, str]) -> bytes:
     """The signing secret from the environment variable ``mgmt.jwt_secret_env`` names; ConfigError naming
     that key when it is missing or too short (the fleet refuses to boot with a guessable secret)."""
-    value = environ.get(cfg.jwt_secret_env)
-    if not value:
-        raise ConfigError(f"mgmt.jwt_secret_env: environment variable {cfg.jwt_secret_env} is not set")
-    secret = value.encode()
-    if len(secret) < MIN_SECRET_BYTES:
-        raise ConfigError(
-            f"mgmt.jwt_secret_env: the secret in {cfg.jwt_secret_env} is {len(secret)} bytes,"
-            f" at least {MIN_SECRET_BYTES} are required"
-        )
-    return secret
+    return secret_from_env("mgmt.jwt_secret_env", cfg.jwt_secret_env, environ)
 
 
 def new_secret() -> str:
