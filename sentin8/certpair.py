@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import mldsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from OpenSSL import crypto
+
+from .atomic_file import write_atomic
 
 FULLCHAIN = "fullchain.pem"
 PRIVKEY = "privkey.pem"
@@ -159,22 +160,6 @@ def self_signed_mldsa65(
     return cert, key
 
 
-def _atomic_write(path: Path, data: bytes, mode: int) -> None:
-    # Temp file in the same directory + rename: readers see the old or the new file, never a torn one.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def write_pair(directory: str | os.PathLike[str], chain: Sequence[x509.Certificate], key: object) -> None:
     """Write ``fullchain.pem`` and ``privkey.pem`` (mode 0600) into ``directory``, each atomically.
 
@@ -185,8 +170,8 @@ def write_pair(directory: str | os.PathLike[str], chain: Sequence[x509.Certifica
     key_pem = key.private_bytes(  # type: ignore[attr-defined]
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    _atomic_write(d / PRIVKEY, key_pem, 0o600)
-    _atomic_write(d / FULLCHAIN, b"".join(c.public_bytes(serialization.Encoding.PEM) for c in chain), 0o644)
+    write_atomic(d / PRIVKEY, key_pem, 0o600)
+    write_atomic(d / FULLCHAIN, b"".join(c.public_bytes(serialization.Encoding.PEM) for c in chain), 0o644)
     with contextlib.suppress(OSError):  # make the renames durable; not every file system allows it
         dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
         try:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from typing import Any
 
 import msgspec
 import msgspec.inspect
 
+from .atomic_file import write_atomic
 from .config import Policy
 
 FILE_NAME = "runtime-policy.json"
@@ -130,16 +130,4 @@ def load(state_dir: str) -> Overlay:
 def save(state_dir: str, overlay: Overlay) -> None:
     """Atomically replace the persisted overlay (write a temp file, fsync, rename)."""
     os.makedirs(state_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".runtime-policy.", dir=state_dir)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(encode(overlay))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, os.path.join(state_dir, FILE_NAME))
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(os.path.join(state_dir, FILE_NAME), encode(overlay))

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import NamedTuple
+
+from ..atomic_file import write_atomic
 
 VERSION_FILE = "runtime-policy-version.json"
 
@@ -83,16 +84,4 @@ def load_version(state_dir: str) -> Version:
 def save_version(state_dir: str, version: Version) -> None:
     """Beside the overlay file (written after it: a crash between the two re-adopts the same overlay)."""
     os.makedirs(state_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".runtime-policy-version.", dir=state_dir)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(version._asdict(), fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, os.path.join(state_dir, VERSION_FILE))
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(os.path.join(state_dir, VERSION_FILE), json.dumps(version._asdict()).encode())
