@@ -27,7 +27,7 @@ from enum import Enum
 
 import setproctitle
 
-from sentin8 import lifecycle, runtime_policy
+from sentin8 import lifecycle
 from sentin8.config import Config, ConfigError
 from sentin8.eventlog import event, install
 from sentin8.shm import fleet as fleet_state
@@ -35,8 +35,9 @@ from sentin8.shm.state import SharedState
 
 from . import sdnotify
 from .children import Child, Respawns, counter_slots, fork, refresh_rss
-from .listeners import check_at_start, enable_migrate_req
+from .listeners import bound_address, check_at_start, enable_migrate_req
 from .reloads import Reloads
+from .runtime_policy_boot import republish_runtime_policy
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1)
 RSS_CHECK_S = 10.0
@@ -172,7 +173,7 @@ class Arbiter:
         self.reloads.status.start()
         self.shared = SharedState(self.cfg, self.slots)
         self.fleet_state = self.shared.fleet()
-        self._publish_runtime_policy()
+        republish_runtime_policy(self.cfg.tls.state_dir, self.shared.policy_writer())
         migrate = enable_migrate_req()
         self.status_r, self.status_w = os.pipe()
         os.set_blocking(self.status_r, False)
@@ -191,28 +192,10 @@ class Arbiter:
         )
         self._spawn_resolver()
         if self.mgmt_sock is not None:
-            event("mgmt_listening", listen=self._mgmt_address())
+            event("mgmt_listening", listen=bound_address(self.mgmt_sock))
         if self.cfg.listen.mgmt:
             self._spawn_mgmt()
         return self._loop()
-
-    def _mgmt_address(self) -> str:
-        """The bound management address (the real port when listen.mgmt asked for port 0)."""
-        assert self.mgmt_sock is not None
-        host, port = self.mgmt_sock.getsockname()[:2]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-    def _publish_runtime_policy(self) -> None:
-        """The policy overlay the management API persisted, back in shared memory before any worker starts:
-        a fleet restart keeps the operator's runtime changes."""
-        try:
-            overlay = runtime_policy.load(self.cfg.tls.state_dir)
-        except runtime_policy.OverlayError as exc:
-            event("runtime_policy_unreadable", "error", reason=str(exc), using="config file [policy]")
-            return
-        self.shared.policy_writer().publish(overlay)
-        if overlay != runtime_policy.Overlay():
-            event("runtime_policy_loaded", overlay=runtime_policy.encode(overlay).decode())
 
     # ---- forking -------------------------------------------------------------------------------------
 
@@ -251,7 +234,7 @@ class Arbiter:
             except OSError:
                 self.respawn_at[("mgmt", 0)] = time.monotonic() + 1.0
                 return
-            event("mgmt_listening", listen=self._mgmt_address())
+            event("mgmt_listening", listen=bound_address(self.mgmt_sock))
         cfg, sock = self.cfg, self.mgmt_sock
 
         def target() -> int:

@@ -116,3 +116,9 @@ def enable_migrate_req() -> bool:
         return True
     except OSError:
         return False
+
+
+def bound_address(sock: socket.socket) -> str:
+    """The address a listener is bound to (the real port when the config asked for port 0)."""
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
