@@ -1096,6 +1096,69 @@ def test_drain_answers_idle_keepalive_with_close_then_closes_the_still_idle(star
     settled(proxy)
 
 
+def test_drain_grace_ending_in_a_stalled_loop_answers_the_request_already_in_the_socket(start, backend):
+    """The loop is busy (here one connection's callback blocks it) past the end of the drain grace, and the
+    idle keep-alive client's next request arrives meanwhile. uvloop runs expired timers before it polls, so
+    when the loop comes back the grace ends first, with the request unread in the kernel: the connection
+    still looks idle. Closed there, a request the client rightly sent on a connection kept alive would get
+    no answer at all (the load tests' "connection ended before \\r\\n\\r\\n"). It is answered, told to close."""
+    stalled = threading.Event()
+
+    class Stalling(TrackingBridge):
+        def data_received(self, data: bytes) -> None:
+            if data == b"STALL":
+                stalled.set()
+                time.sleep(0.6)  # the stall itself (a loop busy for 0.6 s), not a wait for anything
+                return
+            super().data_received(data)
+
+    cfg = make_cfg()
+    cfg.fleet.drain_idle_grace_s = 0.2
+    proxy = start(make_table([backend]), cfg=cfg, cls=Stalling)
+    c = proxy.client()
+    assert c.request(get("/")).status == 200
+    staller = proxy.client()
+    wait_until(lambda: len(proxy.bridges) == 2, what="both connections made")
+    proxy.call(lambda: [b.begin_drain() for b in proxy.bridges])
+    staller.send(b"STALL")
+    assert stalled.wait(DEADLINE)
+    c.send(get("/next"))  # in the socket while the loop is stalled; the grace ends meanwhile
+    r = c.response()
+    assert r.status == 200 and r.header("connection") == "close"
+    assert c.closed()
+    settled(proxy)
+
+
+def test_drain_closes_a_keepalive_connection_only_after_a_whole_grace_idle(start, backend):
+    """A response whose head promised keep-alive before the drain ends during the grace: the connection is
+    idle from then, and its client gets a whole grace to send the next request, not what is left of the one
+    that started at the drain (which would close it just as that request is on its way)."""
+    cfg = make_cfg()
+    cfg.fleet.drain_idle_grace_s = 1.0
+    proxy = start(make_table([backend]), cfg=cfg)
+    c = proxy.client()
+    c.send(get("/sse"))
+    while b"data: one" not in c.buf:  # the head (keep-alive) and a first event: the response is streaming
+        assert c._fill()
+
+    def drain() -> float:
+        for b in proxy.bridges:
+            b.begin_drain()
+        return proxy.loop.time()
+
+    t0 = proxy.call(drain)
+    wait_until(lambda: proxy.call(proxy.loop.time) > t0 + 0.5, what="half the grace gone")
+    backend.sse_go.set()  # the response ends: idle from here
+    r = c.response()
+    assert r.status == 200 and r.header("connection") != "close"
+    # past the grace counted from the drain (where a close would have been), within the one counted from idle
+    wait_until(lambda: proxy.call(proxy.loop.time) > t0 + 1.05, what="the grace counted from the drain over")
+    r = c.request(get("/next"))
+    assert r.status == 200 and r.header("connection") == "close"
+    assert c.closed()
+    settled(proxy)
+
+
 def test_client_abort_mid_response_releases_everything(start, backend):
     proxy = start(make_table([backend]))
     c = proxy.client(rcvbuf=65536)

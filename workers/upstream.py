@@ -17,7 +17,6 @@ that must call ``inner.connection_made(tls_transport)`` once the handshake is do
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 from collections.abc import Callable
 from typing import Protocol
@@ -26,6 +25,7 @@ from sentin8.routing import Instance
 
 from . import deadline
 from .deadline import Deadline
+from .unread import peer_spoke
 
 WRITE_HIGH_WATER = 64 * 1024
 
@@ -157,26 +157,6 @@ class UpstreamConn(asyncio.Protocol):
         self.pool.forget(self)
 
 
-def _peer_spoke(transport: asyncio.BaseTransport) -> bool:
-    """Whether the backend closed, reset or sent anything on this idle connection, the loop having not read it
-    yet: a non-blocking peek at the socket (one syscall). An idle connection owes us nothing, so any byte (over
-    TLS, most likely the close_notify of a backend closing it) means it is done."""
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return False
-    # uvloop's transport socket refuses recv(): a socket object over the same descriptor, detached after
-    probe = socket.socket(sock.family, sock.type, 0, sock.fileno())
-    try:
-        probe.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except (BlockingIOError, InterruptedError):
-        return False  # nothing there: still open
-    except OSError:
-        return True  # reset
-    finally:
-        probe.detach()
-    return True  # b"" (the FIN) or bytes
-
-
 class UpstreamPool:
     """Per-worker pool of idle keep-alive connections, keyed by instance id."""
 
@@ -213,7 +193,7 @@ class UpstreamPool:
         Live as the kernel knows it now, not only as the loop last saw it: a backend that closed an idle
         connection (its keep-alive timeout) may have had its FIN arrive after the loop's last poll, and a
         request sent on it fails, a non-idempotent one (or one whose body was already handed over) with a 502
-        since it cannot be replayed. ``_peer_spoke`` looks at the socket first; what remains is the backend
+        since it cannot be replayed. ``peer_spoke`` looks at the socket first; what remains is the backend
         closing while the request is on its way, which only a backend keep-alive longer than
         ``idle_timeout_s`` avoids."""
         stack = self._idle.get(instance_id)
@@ -223,7 +203,7 @@ class UpstreamPool:
             transport = conn.transport
             if conn.closed or transport is None or transport.is_closing():
                 continue
-            if _peer_spoke(transport):
+            if peer_spoke(transport):
                 conn.close()  # a FIN, a reset or unsolicited bytes: it can no longer carry a request
                 continue
             conn.uses += 1

@@ -216,6 +216,8 @@ NAMES: tuple[str, ...] = (
     # issue 17: h2 per-stream and per-block deadlines (workers/l7/h2/connection.py)
     "h2_header_timeout",  # a header block open past limits.header_timeout_s: GOAWAY ENHANCE_YOUR_CALM, closed
     "h2_body_timeout",  # a request body idle past limits.idle_timeout_s: that stream alone, 408 or RST_STREAM
+    # a draining worker's HTTP/1.1 idle close (workers/l7/h1/connection.py)
+    "drain_idle_spoke",  # the idle grace over with the client's bytes unread in the socket: read, not closed
 )
 GAUGES = ("l4_active", "active_connections", "open_connections")
 MAX_COUNTERS = 256  # room for the names other features add; the last three words are the block's own

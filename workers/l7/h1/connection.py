@@ -28,6 +28,7 @@ from sentin8.http.headers import Header
 from workers.upstream import UpstreamConn
 
 from ... import deadline
+from ...unread import peer_spoke
 from ..contract import L7Context
 from ..downstream import NO_FACTS, ConnectionFacts
 from ..exchange import Exchange
@@ -81,6 +82,7 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         self._draining = False
         self._drain_grace = min(cfg.fleet.drain_idle_grace_s, cfg.fleet.drain_timeout_s)
         self._drain_timer: asyncio.TimerHandle | None = None
+        self._idle_since = loop.time()  # when the connection last became idle (the drain grace counts from it)
         self._head_raw = 0
         self._progress = False
         self._completed_in_feed = False
@@ -128,6 +130,7 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         self.ctx.count("l7_connections_h1")
         # The first head must arrive within the header deadline too (a silent connection is a slowloris).
         self._deadline.arm(deadline.HEADER, self._header_timeout)
+        self._idle_since = self.loop.time()
         if self._draining:  # the handshake finished in a draining worker: answer, with Connection: close
             self._arm_drain_grace()
 
@@ -227,8 +230,11 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
     # -- the worker's ----------------------------------------------------------------------------------
     def begin_drain(self) -> None:
         """Worker drain: every response from now on says Connection: close and ends the connection. An idle
-        keep-alive connection is kept for the drain grace, so a request already on its way is answered
-        instead of racing the close (HAProxy's idle-close-on-response); still idle then, it is closed.
+        keep-alive connection is kept until it has been idle for a whole drain grace, so a request already
+        on its way is answered instead of racing the close (HAProxy's idle-close-on-response); only then,
+        with nothing unread in its socket, is it closed. HTTP/1.1 has no GOAWAY: a client that sends just
+        as that close leaves has sent on a connection idle for the grace, the one race left, which RFC 9112
+        §9.3.1 lets it retry (the close came before any byte of a response).
         May run before ``connection_made`` (a handshake completing in a draining worker): the grace then
         starts when the connection is made."""
         self._draining = True
@@ -241,9 +247,22 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
 
     def _drain_grace_over(self) -> None:
         self._drain_timer = None
-        if not self._closing and self.idle:
-            self.ctx.count("drain_idle_closed")
-            self._close()
+        if self._closing or not self.idle:
+            return  # busy: its response says Connection: close (or, promised keep-alive before, re-arms)
+        idle_for = self.loop.time() - self._idle_since
+        if idle_for < self._drain_grace:
+            # idle only since a response that ended during the grace: its client gets a whole grace too
+            self._drain_timer = self.loop.call_later(self._drain_grace - idle_for, self._drain_grace_over)
+            return
+        if self.transport is not None and peer_spoke(self.transport):
+            # The client's next bytes are in the socket, unread: the loop runs expired timers before it
+            # polls, so a busy loop meets the grace's end first. Read them; look again after a grace.
+            self.ctx.count("drain_idle_spoke")
+            self._idle_since = self.loop.time()
+            self._arm_drain_grace()
+            return
+        self.ctx.count("drain_idle_closed")
+        self._close()
 
     # -- request bookkeeping ---------------------------------------------------------------------------
     def _enqueue(self, req: Request) -> None:
@@ -309,6 +328,7 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         elif self._req is not None:
             self._deadline.arm(deadline.HEADER, self._header_timeout)
         else:
+            self._idle_since = self.loop.time()
             self._deadline.arm(deadline.IDLE, self._idle_timeout)
 
     def open_tunnel(self, ex: Exchange, conn: UpstreamConn, reason: bytes, headers: list[Header], first: bytes) -> None:
