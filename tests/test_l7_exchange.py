@@ -63,6 +63,9 @@ class Transport:
     def is_closing(self) -> bool:
         return self.aborted
 
+    def get_extra_info(self, name: str, default=None):
+        return default  # no socket: nothing for the pool to peek at
+
     def abort(self) -> None:
         self.aborted = True
 
