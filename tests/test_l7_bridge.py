@@ -1159,6 +1159,29 @@ def test_drain_closes_a_keepalive_connection_only_after_a_whole_grace_idle(start
     settled(proxy)
 
 
+def test_a_closing_response_is_never_cut_by_a_reset_for_bytes_the_client_sent_after_it(start, backend):
+    """RFC 9112 §9.6: the client's request said Connection: close, but it had already sent more (a pipelined
+    request and part of its body). Closed at once, a socket with those bytes unread answers with a reset,
+    and a reset may throw away the response before the client reads it (still in the kernel's send queue,
+    or in the client's receive buffer on some stacks). The lingering close sends its FIN after the whole
+    response and drops what the client still sends: the client reads the response, then a FIN, no reset."""
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(
+        get("/", extra=b"Connection: close\r\n")
+        + b"POST /echo HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 1000000\r\n\r\n"
+        + b"x" * 200_000
+    )
+    wait_until(lambda: proxy.call(lambda: proxy.bridges[0].closing), what="the proxy closing the connection")
+    r = c.response()
+    assert r.status == 200 and r.header("connection") == "close"
+    c.sock.settimeout(DEADLINE)
+    assert c.sock.recv(65536) == b""  # a FIN, where an immediate close answers ECONNRESET
+    assert not any(r["target"] == "/echo" for r in backend.requests)  # the pipelined one: never forwarded
+    c.close()
+    settled(proxy)
+
+
 def test_client_abort_mid_response_releases_everything(start, backend):
     proxy = start(make_table([backend]))
     c = proxy.client(rcvbuf=65536)

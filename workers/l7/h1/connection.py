@@ -64,6 +64,8 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         self._raw_head_cap = 2 * cfg.policy.max_header_bytes + 16384
         self._header_timeout = cfg.limits.header_timeout_s
         self._idle_timeout = cfg.limits.idle_timeout_s
+        self._linger_s = cfg.limits.lingering_close_s
+        self._linger_timer: asyncio.TimerHandle | None = None
         self._body_cap = cfg.limits.max_request_body_bytes
         self._chunk_size = None  # a view of the parser's chunk size (reader.py), made at the first chunk
         self.transport: asyncio.Transport | None = None
@@ -200,9 +202,10 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         self._closing = True
         self._read.transport = None
         self._deadline.stop()
-        timer, self._drain_timer = self._drain_timer, None
-        if timer is not None:
-            timer.cancel()
+        for timer in (self._drain_timer, self._linger_timer):
+            if timer is not None:
+                timer.cancel()
+        self._drain_timer = self._linger_timer = None
         ex, self._ex = self._ex, None
         self._tunnel = None
         if ex is not None:
@@ -407,12 +410,31 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
                 self._abort()
 
     def _close(self) -> None:
-        if not self._closing:
-            self._closing = True
-            self._read.transport = None
-            self._deadline.stop()
-            if self.transport is not None:
-                self.transport.close()
+        """The graceful close, lingering: our FIN (after the response, and close_notify over TLS) goes first,
+        and reading goes on, dropping what the client still sends (``data_received`` while closing), until
+        its FIN or ``limits.lingering_close_s``. Closed at once, a socket with unread bytes (a request sent
+        before ours said close, the rest of a refused body) answers with a reset, and a reset may destroy
+        the response in the client's buffers before it reads it (RFC 9112 §9.6)."""
+        if self._closing:
+            return
+        self._closing = True
+        self._read.transport = None
+        self._deadline.stop()
+        if self._ex is None:
+            while self._queue:  # pipelined requests after the one that closed it: never answered now
+                self._end_request(self._queue.popleft())
+        transport = self.transport
+        if transport is None:
+            return
+        if self._linger_s <= 0 or not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self._linger_timer = self.loop.call_later(self._linger_s, transport.close)
+        try:
+            transport.resume_reading()  # drop what comes, whatever had paused reading
+        except (AttributeError, RuntimeError):
+            pass
 
     def _abort(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
