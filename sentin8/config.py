@@ -97,15 +97,6 @@ class Limits(_Section):
     handshake_timeout_s: Annotated[float, doc("TLS handshake deadline on the L7 path")] = 10
     header_timeout_s: Annotated[float, doc("a request head must be complete within this (slowloris)")] = 15
     idle_timeout_s: Annotated[float, doc("an idle keep-alive client connection is closed after this")] = 60
-    lingering_close_s: Annotated[
-        float,
-        doc(
-            "closing an HTTP/1.1 client connection (after a response that closes it, an error, an idle close):"
-            " our FIN first, then what the client still sends is read and dropped for up to this long or until"
-            " its FIN, so the close is never a reset that destroys the response in the client's buffers"
-            " (RFC 9112 9.6, nginx's lingering_close); 0 = close at once"
-        ),
-    ] = 2
     max_connections_per_ip: Annotated[
         int, doc("concurrent connections per client address, all workers together; 0 = no cap")
     ] = 0
@@ -547,9 +538,6 @@ def _check(cfg: Config) -> None:
             raise ConfigError(f"policy.waf_exclusions[{i}].rule_ids: needs rule ids (1..9999999), got {ex.rule_ids}")
     if cfg.shm.snapshot_bytes < 4096:
         raise ConfigError(f"shm.snapshot_bytes: must be >= 4096, got {cfg.shm.snapshot_bytes}")
-    if cfg.limits.lingering_close_s < 0:
-        linger = cfg.limits.lingering_close_s
-        raise ConfigError(f"limits.lingering_close_s: must be >= 0 (0 = close at once), got {linger}")
     if cfg.limits.max_connections_per_ip < 0 or cfg.limits.max_inflight_per_worker < 0:
         which = "max_connections_per_ip" if cfg.limits.max_connections_per_ip < 0 else "max_inflight_per_worker"
         raise ConfigError(f"limits.{which}: must be >= 0 (0 = no cap)")

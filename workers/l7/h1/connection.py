@@ -32,6 +32,7 @@ from ...unread import peer_spoke
 from ..contract import L7Context
 from ..downstream import NO_FACTS, ConnectionFacts
 from ..exchange import Exchange
+from ..linger import LINGER_BYTES, LINGER_S
 from ..request import Request
 from . import flow
 from .reader import RequestReader
@@ -64,8 +65,8 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         self._raw_head_cap = 2 * cfg.policy.max_header_bytes + 16384
         self._header_timeout = cfg.limits.header_timeout_s
         self._idle_timeout = cfg.limits.idle_timeout_s
-        self._linger_s = cfg.limits.lingering_close_s
         self._linger_timer: asyncio.TimerHandle | None = None
+        self._lingered = 0  # bytes read and dropped since the lingering close began
         self._body_cap = cfg.limits.max_request_body_bytes
         self._chunk_size = None  # a view of the parser's chunk size (reader.py), made at the first chunk
         self.transport: asyncio.Transport | None = None
@@ -137,7 +138,10 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
             self._arm_drain_grace()
 
     def data_received(self, data: bytes) -> None:
-        if self._closing:
+        if self._closing:  # lingering (or closed): dropped, within a bound
+            self._lingered += len(data)
+            if self._lingered > LINGER_BYTES and self.transport is not None:
+                self.transport.close()
             return
         if self._tunnel is not None:
             self._tunnel.client_data(data)
@@ -410,11 +414,11 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
                 self._abort()
 
     def _close(self) -> None:
-        """The graceful close, lingering: our FIN (after the response, and close_notify over TLS) goes first,
-        and reading goes on, dropping what the client still sends (``data_received`` while closing), until
-        its FIN or ``limits.lingering_close_s``. Closed at once, a socket with unread bytes (a request sent
-        before ours said close, the rest of a refused body) answers with a reset, and a reset may destroy
-        the response in the client's buffers before it reads it (RFC 9112 §9.6)."""
+        """The graceful close, lingering (``../linger.py``): our FIN (after the response, and close_notify over
+        TLS) goes first, and reading goes on, dropping what the client still sends (``data_received`` while
+        closing), until its FIN, ``LINGER_S`` or ``LINGER_BYTES``. Closed at once, a socket with unread bytes
+        (a request sent before ours said close, the rest of a refused body) answers with a reset, and a reset
+        may destroy the response in the client's buffers before it reads it (RFC 9112 §9.6)."""
         if self._closing:
             return
         self._closing = True
@@ -426,11 +430,11 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         transport = self.transport
         if transport is None:
             return
-        if self._linger_s <= 0 or not transport.can_write_eof():
+        if not transport.can_write_eof():
             transport.close()
             return
         transport.write_eof()
-        self._linger_timer = self.loop.call_later(self._linger_s, transport.close)
+        self._linger_timer = self.loop.call_later(LINGER_S, transport.close)
         try:
             transport.resume_reading()  # drop what comes, whatever had paused reading
         except (AttributeError, RuntimeError):
