@@ -1108,7 +1108,7 @@ def test_drain_grace_ending_in_a_stalled_loop_answers_the_request_already_in_the
         def data_received(self, data: bytes) -> None:
             if data == b"STALL":
                 stalled.set()
-                time.sleep(0.6)  # the stall itself (a loop busy for 0.6 s), not a wait for anything
+                time.sleep(1.5)  # the stall itself (a loop busy for 1.5 s), not a wait for anything
                 return
             super().data_received(data)
 
