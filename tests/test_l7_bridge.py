@@ -1270,6 +1270,8 @@ def test_half_closed_client_still_gets_its_response(start, backend):
     c.sock.shutdown(socket.SHUT_WR)
     assert c.response().status == 200
     assert c.closed()
+    # closed outright, not lingering for a FIN that came already (LINGER_S is 2 s)
+    wait_until(lambda: proxy.call(lambda: proxy.bridges[0].transport.is_closing()), 1.0, what="transport closed")
     settled(proxy)
 
 

@@ -430,8 +430,8 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         transport = self.transport
         if transport is None:
             return
-        if not transport.can_write_eof():
-            transport.close()
+        if self._eof or not transport.can_write_eof():
+            transport.close()  # the client's FIN came already: nothing more can arrive to linger for
             return
         transport.write_eof()
         self._linger_timer = self.loop.call_later(LINGER_S, transport.close)
