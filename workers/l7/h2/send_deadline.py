@@ -18,10 +18,11 @@ A client can stop taking a response in two ways, and each holds something of our
   best effort.
 
 Only the loop's timers, never a poll: one per stalled stream, armed when its upstream is paused, and one per
-connection, armed at ``pause_writing`` and cancelled at ``resume_writing``. A stream's timer on firing
-re-arms itself when bytes left since it was armed (nginx's rule: the deadline is between two successive
-writes, not for the whole response), so a slow reader is not cut and a stopped one is, one to two periods
-after its last byte left.
+connection, armed at ``pause_writing`` and cancelled at ``resume_writing``. The deadline runs from the
+stream's last byte sent (nginx's rule: between two successive writes, not for the whole response): each
+write of the connection (``progress``) notes which stalled streams sent bytes, and a timer that fires early
+re-arms for the rest, so a slow reader is not cut and a stopped one is, ``send_timeout_s`` after its last
+byte left. Nothing is stalled on a healthy connection, and then ``progress`` is not called.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class SendDeadlines:
         self._bridge = bridge
         self._loop = loop
         self.timeout = timeout
-        self._stalled: dict[int, tuple[asyncio.TimerHandle, int]] = {}  # stream -> (timer, bytes sent when armed)
+        # stream -> [timer, bytes it had sent when last seen moving, when that was]
+        self._stalled: dict[int, list] = {}
         self._socket: asyncio.TimerHandle | None = None
 
     # -- streams --------------------------------------------------------------------------------------
@@ -58,9 +60,25 @@ class SendDeadlines:
         if entry is not None:
             entry[0].cancel()
 
+    @property
+    def stalled(self) -> bool:
+        return bool(self._stalled)
+
+    def progress(self) -> None:
+        """After a write: a stalled stream whose bytes left moves its deadline (lazily: its timer re-arms)."""
+        streams = self._bridge.streams
+        now = self._loop.time()
+        for sid, entry in self._stalled.items():
+            st = streams.get(sid)
+            if st is not None:
+                sent = self._sent(st)
+                if sent > entry[1]:
+                    entry[1], entry[2] = sent, now
+
     def _arm(self, st: H2Stream) -> None:
-        handle = self._loop.call_later(self.timeout, self._stream_due, st)
-        self._stalled[st.sid] = (handle, self._sent(st))
+        now = self._loop.time()
+        handle = self._loop.call_at(now + self.timeout, self._stream_due, st)
+        self._stalled[st.sid] = [handle, self._sent(st), now]
 
     def _sent(self, st: H2Stream) -> int:
         """Body bytes of ``st`` the engine has framed (they left within the windows)."""
@@ -71,8 +89,13 @@ class SendDeadlines:
         bridge = self._bridge
         if entry is None or bridge.streams.get(st.sid) is not st or not st.write_paused:
             return  # gone, or its windows opened: a new pause starts a new deadline
-        if self._sent(st) > entry[1]:
-            self._arm(st)  # bytes left since: slow, not stopped
+        sent, now = self._sent(st), self._loop.time()
+        if sent > entry[1]:
+            entry[1], entry[2] = sent, now
+        due = entry[2] + self.timeout
+        if due > now + 0.001:  # bytes left since it was armed: slow, not stopped; due from the last of them
+            entry[0] = self._loop.call_at(due, self._stream_due, st)
+            self._stalled[st.sid] = entry
             return
         bridge.ctx.count("h2_stream_send_timeout")
         bridge.cancel_stream(st)
