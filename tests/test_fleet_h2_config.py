@@ -4,7 +4,9 @@ worker with non-default values. The SETTINGS the server advertises carry them, a
 
 from __future__ import annotations
 
+import signal
 import time
+from pathlib import Path
 
 import hpack
 from hyperframe.frame import GoAwayFrame, HeadersFrame, RstStreamFrame, SettingsFrame, WindowUpdateFrame
@@ -132,3 +134,31 @@ def test_the_configured_streams_per_connection_then_goaway_no_error(external_hos
     assert seen.status == {sid: 200 for sid in range(1, 15, 2)}
     c.close()
     wait_until(lambda: fleet.stats().get("h2_goaway_max_streams", 0) == 1, 5, what="h2_goaway_max_streams")
+
+
+def test_a_reload_applies_new_limits_to_new_connections_and_refuses_a_bad_one(
+    external_host,  # noqa: F811
+    fleet_factory,
+    web,
+):
+    """Like every worker key: SIGHUP rolls the workers, and a connection made after the reload gets the new
+    workers' SETTINGS (one made before keeps its own until it drains). A bad value is refused with its key,
+    and the running limits stay."""
+    fleet = l7_fleet(fleet_factory, web, extra=LIMITS, workers=1)
+    path = Path(fleet.config)
+    good = path.read_text()
+    path.write_text(good.replace("max_concurrent_streams = 5", "max_concurrent_streams = 6"))
+    fleet.signal(signal.SIGHUP)
+    wait_until(lambda: fleet.saw("reload_done"), 30, what="reload done")
+    c = RawH2Client(external_host.connect(fleet.port), SNI)
+    settings = Seen(c).until(has(SettingsFrame, ack=False)).first(SettingsFrame).settings
+    assert settings[MAX_CONCURRENT_STREAMS] == 6
+    c.close()
+    path.write_text(good.replace("max_frame_size = 32768", "max_frame_size = 1024"))
+    fleet.signal(signal.SIGHUP)
+    wait_until(lambda: fleet.saw("reload_refused"), 30, what="reload refused")
+    assert fleet.events("reload_refused")[-1]["reason"].startswith("http2.max_frame_size:")
+    c = RawH2Client(external_host.connect(fleet.port), SNI)
+    settings = Seen(c).until(has(SettingsFrame, ack=False)).first(SettingsFrame).settings
+    assert (settings[MAX_CONCURRENT_STREAMS], settings[MAX_FRAME_SIZE]) == (6, 32768)
+    c.close()
