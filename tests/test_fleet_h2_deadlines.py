@@ -149,15 +149,22 @@ def test_a_response_held_by_a_shut_window_is_cancelled_at_the_send_deadline(
     assert not any(isinstance(f, GoAwayFrame) for f in frames)  # the stream alone ended
     c.send(c.frames.headers(3, h2frames.request_fields(b"/after", SNI.encode())))
     heads: dict[int, int] = {}
+    t1 = time.monotonic()
     while 3 not in heads:  # its head (HEADERS are not flow-controlled): the connection is still served
         heads.update(answers(c.read_frames(None, timeout=10), decoder))
     assert heads == {3: 200}
+    # its small body is all queued, its exchange over, and the window still shut: the same deadline ends it,
+    # so what it holds (the queued bytes, its place in the engine) goes too
+    frames = read_until(c, lambda fs: any(isinstance(f, RstStreamFrame) and f.stream_id == 3 for f in fs))
+    assert next(f for f in frames if isinstance(f, RstStreamFrame)).error_code == h2_codes.CANCEL
+    assert time.monotonic() - t1 < 1 + 3
+    assert not any(isinstance(f, DataFrame) and f.stream_id == 3 for f in frames)  # either window shut: none
     c.close()
     assert other.get(b"/after-too").status == 200
     other.close()
-    wait_until(lambda: fleet.stats().get("h2_stream_send_timeout", 0) == 1, 5, what="h2_stream_send_timeout")
+    wait_until(lambda: fleet.stats().get("h2_stream_send_timeout", 0) == 2, 5, what="h2_stream_send_timeout")
     stats = fleet.stats()
-    assert stats.get("client_aborted", 0) >= 1  # its upstream exchange aborted
+    assert stats.get("client_aborted", 0) >= 1  # the first one's upstream exchange aborted
     assert stats.get("h2_send_timeout", 0) == 0
     assert list(fleet.workers()) == [pid]
 

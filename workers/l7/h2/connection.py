@@ -308,13 +308,14 @@ class H2Bridge(asyncio.Protocol):
         self.flush()
 
     def cancel_stream(self, st: H2Stream) -> None:
-        """RST_STREAM CANCEL: ``st`` ends alone, its exchange aborted (the upstream connection closed)."""
+        """RST_STREAM CANCEL: ``st`` ends alone, its exchange (if it still runs) aborted."""
         st.ended = True
         self.engine.reset(st.sid, h2_codes.CANCEL)
-        ex = st.ex
-        if ex is not None:
-            ex.client_gone()
-        self._forget(st)
+        if self.streams.get(st.sid) is st:
+            ex = st.ex
+            if ex is not None:
+                ex.client_gone()  # the upstream connection closed, never pooled
+            self._forget(st)
         self.flush()
 
     def send_stalled(self) -> None:
@@ -386,7 +387,7 @@ class H2Bridge(asyncio.Protocol):
         if st.write_paused:
             st.write_paused = False
             self._paused_streams -= 1
-        self.send_deadlines.stream_gone(st.sid)
+        self.send_deadlines.stream_done(st)
         self._end_stream_request(st)
         st.req.exchange = None
         st.ex = None

@@ -10,7 +10,10 @@ A client can stop taking a response in two ways, and each holds something of our
   with RST_STREAM CANCEL, its exchange aborted (the upstream connection closed, never pooled; counted
   ``client_aborted``) and counted ``h2_stream_send_timeout``. CANCEL, as HAProxy sends when it aborts a
   stream: the stream is no longer wanted. FLOW_CONTROL_ERROR would say the client broke the flow-control
-  rules, which a shut window does not (nginx sends PROTOCOL_ERROR here, for the same non-reason).
+  rules, which a shut window does not (nginx sends PROTOCOL_ERROR here, for the same non-reason). A stream
+  whose exchange is over (the upstream sent all, below WRITE_HIGH) but whose response is still queued
+  behind the shut window keeps the same deadline: no byte sent for ``send_timeout_s``, RST_STREAM CANCEL,
+  so its queued bytes and its place in the engine go too.
 - **It stops reading the socket**: the transport's buffer stays above its high-water mark (``pause_writing``
   without ``resume_writing``) for ``send_timeout_s``: GOAWAY NO_ERROR (nginx ends a timed-out connection with
   NO_ERROR too) and the connection is aborted, counted ``h2_send_timeout``. Aborted, not closed: a close
@@ -44,7 +47,7 @@ class SendDeadlines:
         self._bridge = bridge
         self._loop = loop
         self.timeout = timeout
-        # stream -> [timer, bytes it had sent when last seen moving, when that was]
+        # stream id -> [timer, bytes it had sent when last seen moving, when that was, the stream]
         self._stalled: dict[int, list] = {}
         self._socket: asyncio.TimerHandle | None = None
 
@@ -55,8 +58,14 @@ class SendDeadlines:
         if st.sid not in self._stalled:
             self._arm(st)
 
-    def stream_gone(self, sid: int) -> None:
-        entry = self._stalled.pop(sid, None)
+    def stream_done(self, st: H2Stream) -> None:
+        """``st``'s exchange is over: its deadline goes, unless part of its response is still queued (a shut
+        window), which keeps it (or starts it)."""
+        if self._bridge.engine.buffered(st.sid):
+            if st.sid not in self._stalled:
+                self._arm(st)
+            return
+        entry = self._stalled.pop(st.sid, None)
         if entry is not None:
             entry[0].cancel()
 
@@ -66,19 +75,16 @@ class SendDeadlines:
 
     def progress(self) -> None:
         """After a write: a stalled stream whose bytes left moves its deadline (lazily: its timer re-arms)."""
-        streams = self._bridge.streams
         now = self._loop.time()
-        for sid, entry in self._stalled.items():
-            st = streams.get(sid)
-            if st is not None:
-                sent = self._sent(st)
-                if sent > entry[1]:
-                    entry[1], entry[2] = sent, now
+        for entry in self._stalled.values():
+            sent = self._sent(entry[3])
+            if sent > entry[1]:
+                entry[1], entry[2] = sent, now
 
     def _arm(self, st: H2Stream) -> None:
         now = self._loop.time()
         handle = self._loop.call_at(now + self.timeout, self._stream_due, st)
-        self._stalled[st.sid] = [handle, self._sent(st), now]
+        self._stalled[st.sid] = [handle, self._sent(st), now, st]
 
     def _sent(self, st: H2Stream) -> int:
         """Body bytes of ``st`` the engine has framed (they left within the windows)."""
@@ -87,8 +93,13 @@ class SendDeadlines:
     def _stream_due(self, st: H2Stream) -> None:
         entry = self._stalled.pop(st.sid, None)
         bridge = self._bridge
-        if entry is None or bridge.streams.get(st.sid) is not st or not st.write_paused:
-            return  # gone, or its windows opened: a new pause starts a new deadline
+        if entry is None or entry[3] is not st:
+            return
+        if bridge.streams.get(st.sid) is st:
+            if not st.write_paused:
+                return  # its windows opened: a new pause starts a new deadline
+        elif not bridge.engine.buffered(st.sid):
+            return  # its exchange is over and the last of its response has left (or it was reset)
         sent, now = self._sent(st), self._loop.time()
         if sent > entry[1]:
             entry[1], entry[2] = sent, now
@@ -118,6 +129,6 @@ class SendDeadlines:
     def stop(self) -> None:
         """The connection is gone: no timer may keep it (or a stream) alive."""
         self.socket_resumed()
-        for handle, _ in self._stalled.values():
-            handle.cancel()
+        for entry in self._stalled.values():
+            entry[0].cancel()
         self._stalled.clear()
