@@ -239,3 +239,24 @@ def test_a_slow_reader_is_not_cut_and_is_once_it_stops(external_host, fleet_fact
     assert sum(len(f.data) for f in frames if isinstance(f, DataFrame)) == 8 * 16384
     c.close()
     wait_until(lambda: fleet.stats().get("h2_stream_send_timeout", 0) == 1, 5, what="h2_stream_send_timeout")
+
+
+def test_a_client_gone_while_its_stream_waits_on_a_shut_window_frees_it_at_once(
+    external_host,  # noqa: F811
+    fleet_factory,
+    web,
+):
+    """The deadline's timers go with the connection: the stream's exchange is aborted when the client
+    leaves, not at the deadline, and nothing is left armed."""
+    fleet = l7_fleet(fleet_factory, web, extra=H2_ON, limits="send_timeout_s = 30", workers=1)
+    (pid,) = fleet.workers()
+    c = RawH2Client(external_host.connect(fleet.port), SNI, settings={INITIAL_WINDOW_SIZE: 0})
+    c.send(c.frames.headers(1, h2frames.request_fields(b"/big/50000000", SNI.encode())))
+    read_until(c, lambda fs: any(isinstance(f, HeadersFrame) for f in fs))
+    wait_until(lambda: fleet.stats().get("backpressure_upstream_paused", 0) >= 1, 10, what="its upstream paused")
+    c.close()
+    wait_until(lambda: fleet.stats().get("client_aborted", 0) == 1, 10, what="its exchange aborted")
+    stats = fleet.stats()
+    assert stats.get("h2_stream_send_timeout", 0) == 0 and stats.get("bridge_errors", 0) == 0
+    assert "Traceback" not in fleet.output()
+    assert list(fleet.workers()) == [pid]
