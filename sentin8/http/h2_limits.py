@@ -74,24 +74,22 @@ class H2Limits:
     def from_config(cls, cfg: Config) -> H2Limits:
         """``[http2]`` as loaded (and checked: RFC 9113 ranges) plus the header caps of ``[policy]``."""
         h2 = cfg.http2
-        return cls.from_policy(
-            cfg.policy.max_header_bytes,
-            cfg.policy.max_headers,
-            max_concurrent_streams=h2.max_concurrent_streams,
-            max_streams=h2.max_streams_per_connection,
-            initial_window=h2.initial_stream_window,
-            connection_window=h2.connection_window,
-            header_table=h2.header_table_size,
-            max_frame=h2.max_frame_size,
-            max_queued_acks=h2.max_queued_acks,
-            reset_min_streams=h2.premature_reset_min_streams,
-            reset_window_s=h2.premature_reset_window_s,
-        )
+        limits = cls.from_policy(cfg.policy.max_header_bytes, cfg.policy.max_headers)
+        limits.max_concurrent_streams = h2.max_concurrent_streams
+        limits.max_streams = h2.max_streams_per_connection
+        limits.initial_window = h2.initial_stream_window
+        limits.connection_window = h2.connection_window
+        limits.header_table = h2.header_table_size
+        limits.max_frame = h2.max_frame_size
+        limits.max_queued_acks = h2.max_queued_acks
+        limits.reset_min_streams = h2.premature_reset_min_streams
+        limits.reset_window_s = h2.premature_reset_window_s
+        return limits
 
     @classmethod
-    def from_policy(cls, max_header_bytes: int, max_headers: int, **kw: int | float) -> H2Limits:
+    def from_policy(cls, max_header_bytes: int, max_headers: int) -> H2Limits:
         """``policy.max_header_bytes`` bounds the decoded list as HPACK counts it (32 B per field);
         ``policy.max_headers`` is checked on the mapped head (h2_request), so the engine allows twice as many
         decoded fields, as HAProxy does: browsers send each cookie as its own field ("crumbs"), and 2x still
         stops the many-one-byte-references bomb at a few hundred fields."""
-        return cls(max_header_list_bytes=max_header_bytes, max_header_fields=2 * max_headers + 4, **kw)  # type: ignore[arg-type]
+        return cls(max_header_list_bytes=max_header_bytes, max_header_fields=2 * max_headers + 4)
