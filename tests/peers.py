@@ -192,7 +192,12 @@ class HTTPBackend:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            # socketserver's listen backlog is 5: a burst of cold upstream connections (100 h2 streams at
+            # once) overflowed it, and the dropped handshakes came back after the kernel's 1, 3, 7 s retries
+            request_queue_size = 1024
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         if tls is not None:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
