@@ -97,6 +97,15 @@ class Limits(_Section):
     handshake_timeout_s: Annotated[float, doc("TLS handshake deadline on the L7 path")] = 10
     header_timeout_s: Annotated[float, doc("a request head must be complete within this (slowloris)")] = 15
     idle_timeout_s: Annotated[float, doc("an idle keep-alive client connection is closed after this")] = 60
+    send_timeout_s: Annotated[
+        float,
+        doc(
+            "a client that takes no response bytes for this long (nginx's send_timeout) is cut: an HTTP/1.1"
+            " connection closed; an HTTP/2 stream held by the client's flow-control windows reset (RST_STREAM"
+            " CANCEL, its upstream exchange aborted), an HTTP/2 connection whose socket takes nothing closed"
+            " (GOAWAY, then close)"
+        ),
+    ] = 60
     max_connections_per_ip: Annotated[
         int, doc("concurrent connections per client address, all workers together; 0 = no cap")
     ] = 0
@@ -287,6 +296,54 @@ class Http2(_Section):
     enabled: Annotated[
         bool, doc("serve HTTP/2 to external clients that offer it (docs/http2.md); false = HTTP/1.1 only")
     ] = True
+    max_concurrent_streams: Annotated[
+        int,
+        doc(
+            "SETTINGS_MAX_CONCURRENT_STREAMS (1..10000): a stream holds its place until its exchange is done, not"
+            " until its RST; at the cap the connection is not read (docs/http2.md)"
+        ),
+    ] = 100
+    max_streams_per_connection: Annotated[
+        int,
+        doc(
+            "streams one connection may open (>= max_concurrent_streams, <= 1073741824): the last is served, then"
+            " GOAWAY NO_ERROR (nginx's keepalive_requests)"
+        ),
+    ] = 1000
+    initial_stream_window: Annotated[
+        int,
+        doc(
+            "SETTINGS_INITIAL_WINDOW_SIZE (1024..2147483647): request body bytes one stream may send before the"
+            " upstream takes them"
+        ),
+    ] = 64 * 1024
+    connection_window: Annotated[
+        int,
+        doc("the connection's receive window, all streams together (65535..2147483647, >= initial_stream_window)"),
+    ] = 1 << 20
+    max_frame_size: Annotated[
+        int, doc("SETTINGS_MAX_FRAME_SIZE (16384..16777215, RFC 9113): the largest frame payload a client may send")
+    ] = 16384
+    header_table_size: Annotated[
+        int, doc("SETTINGS_HEADER_TABLE_SIZE (0..65536): the HPACK dynamic table the client's encoder may use")
+    ] = 4096
+    max_queued_acks: Annotated[
+        int,
+        doc(
+            "SETTINGS and PING acknowledgements (and our RST_STREAMs) queued unsent (16..100000): past it the client"
+            " is not reading what it asks for (a control-frame flood): GOAWAY"
+        ),
+    ] = 1000
+    premature_reset_min_streams: Annotated[
+        int,
+        doc(
+            "the premature-reset budget (Envoy's): once this many streams have closed (1..1000000), more than half"
+            " of them reset within premature_reset_window_s of opening = GOAWAY ENHANCE_YOUR_CALM"
+        ),
+    ] = 100
+    premature_reset_window_s: Annotated[
+        float, doc("a stream reset (or refused) sooner than this after it opened is premature (0 < s <= 60)")
+    ] = 1.0
 
 
 class Log(_Section):
@@ -493,6 +550,7 @@ def _check(cfg: Config) -> None:
         "limits.handshake_timeout_s": cfg.limits.handshake_timeout_s,
         "limits.header_timeout_s": cfg.limits.header_timeout_s,
         "limits.idle_timeout_s": cfg.limits.idle_timeout_s,
+        "limits.send_timeout_s": cfg.limits.send_timeout_s,
         "sources.poll_interval_s": cfg.sources.poll_interval_s,
         "sources.health_fresh_s": cfg.sources.health_fresh_s,
         "sources.health_refresh_s": cfg.sources.health_refresh_s,
@@ -563,6 +621,7 @@ def _check(cfg: Config) -> None:
         raise ConfigError(f"metrics.valkey_url: must be a redis://, rediss:// or unix:// URL, got {url!r}")
     _check_cluster(cfg)
     _check_valkey_mode(cfg)
+    _check_http2(cfg.http2)
     if not cfg.metrics.channel:
         raise ConfigError("metrics.channel: must not be empty")
     if bool(cfg.upstream.client_cert) != bool(cfg.upstream.client_key):
@@ -582,6 +641,40 @@ def _check(cfg: Config) -> None:
     for i, dom in enumerate(cfg.domains):
         if not _HOSTNAME.fullmatch(dom.hostname.lower()):
             raise ConfigError(f"domains[{i}].hostname: {dom.hostname!r} is not a hostname or *.wildcard")
+
+
+_WINDOW_MAX = (1 << 31) - 1  # RFC 9113 §6.9.1: a flow-control window never exceeds 2^31-1
+
+
+def _check_http2(h2: Http2) -> None:
+    """RFC 9113's ranges (windows, frame size) and the relations the budgets rely on."""
+    ranges = (
+        ("max_concurrent_streams", 1, 10000),
+        ("max_streams_per_connection", 1, 1 << 30),  # client stream ids are odd and below 2^31
+        ("initial_stream_window", 1024, _WINDOW_MAX),
+        ("connection_window", 65535, _WINDOW_MAX),  # RFC 9113 §6.9.2: it starts at 65535, only WINDOW_UPDATE moves it
+        ("max_frame_size", 16384, (1 << 24) - 1),  # RFC 9113 §6.5.2
+        ("header_table_size", 0, 65536),
+        ("max_queued_acks", 16, 100000),
+        ("premature_reset_min_streams", 1, 1000000),
+    )
+    for key, least, most in ranges:
+        value = getattr(h2, key)
+        if not least <= value <= most:
+            raise ConfigError(f"http2.{key}: must be within {least}..{most}, got {value}")
+    window_s = h2.premature_reset_window_s
+    if not 0 < window_s <= 60:
+        raise ConfigError(f"http2.premature_reset_window_s: must be within (0, 60], got {window_s:g}")
+    if h2.max_streams_per_connection < h2.max_concurrent_streams:
+        raise ConfigError(
+            f"http2.max_streams_per_connection: must be >= http2.max_concurrent_streams ({h2.max_concurrent_streams}),"
+            f" got {h2.max_streams_per_connection}"
+        )
+    if h2.connection_window < h2.initial_stream_window:
+        raise ConfigError(
+            f"http2.connection_window: must be >= http2.initial_stream_window ({h2.initial_stream_window}),"
+            f" got {h2.connection_window}: one stream could never fill its own window"
+        )
 
 
 _CLUSTER_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")

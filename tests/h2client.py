@@ -227,14 +227,21 @@ class RawH2Client:
     """PQ TLS with ALPN h2 and no HTTP/2 state machine: frames in, frames out."""
 
     def __init__(
-        self, sock: socket.socket, sni: str | None, *, timeout: float = 10.0, settings: dict[int, int] | None = None
+        self,
+        sock: socket.socket,
+        sni: str | None,
+        *,
+        timeout: float = 10.0,
+        settings: dict[int, int] | None = None,
+        ack: bool = True,
     ) -> None:
+        """``ack`` False: the server's SETTINGS are never acknowledged (its limits stay pending for it)."""
         self.tls = pq_tls(sock, sni, (b"h2",), timeout)
         self.alpn = self.tls.conn.get_alpn_proto_negotiated()
         self.frames = h2frames.RawFrames()
         self._buf = b""
         self.eof = False
-        self.send(h2frames.preface(settings))
+        self.send(h2frames.preface(settings, ack=ack))
 
     def send(self, data: bytes) -> None:
         try:

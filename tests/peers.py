@@ -215,9 +215,9 @@ class HTTPBackend:
                 pass
 
         class Server(http.server.ThreadingHTTPServer):
-            # socketserver's listen backlog is 5: a hundred concurrent upstream connects (one h2 connection's
-            # streams) overflow it, and each dropped SYN waits out a 1-3 s retransmission
-            request_queue_size = 256
+            # socketserver's listen backlog is 5: a burst of cold upstream connections (100 h2 streams at
+            # once) overflowed it, and the dropped handshakes came back after the kernel's 1, 3, 7 s retries
+            request_queue_size = 1024
 
         self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

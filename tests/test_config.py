@@ -248,3 +248,74 @@ def test_two_listeners_on_one_address_are_refused(listen, error):
 def test_listeners_on_distinct_addresses_pass(listen):
     https = "127.0.0.1:8443" if "127.0.0.2" in listen else "0.0.0.0:8443"
     load_bytes(f'[listen]\nhttps = "{https}"\n{listen}\n'.encode())
+
+
+def test_http2_limits_are_keys_with_the_issue_17_defaults():
+    h2 = load_bytes(b"").http2
+    assert (h2.max_concurrent_streams, h2.max_streams_per_connection) == (100, 1000)
+    assert (h2.initial_stream_window, h2.connection_window) == (65536, 1 << 20)
+    assert (h2.max_frame_size, h2.header_table_size, h2.max_queued_acks) == (16384, 4096, 1000)
+    assert (h2.premature_reset_min_streams, h2.premature_reset_window_s) == (100, 1.0)
+    assert load_bytes(b"").limits.send_timeout_s == 60  # nginx's send_timeout
+    edge = load_bytes(
+        b"[http2]\nmax_concurrent_streams = 1\nmax_streams_per_connection = 1\ninitial_stream_window = 2147483647\n"
+        b"connection_window = 2147483647\nmax_frame_size = 16777215\nheader_table_size = 0\n"
+    ).http2
+    assert edge.max_frame_size == (1 << 24) - 1 and edge.connection_window == (1 << 31) - 1
+
+
+@pytest.mark.parametrize(
+    "body, key",
+    [
+        (b"max_concurrent_streams = 0", "http2.max_concurrent_streams"),
+        (b"max_concurrent_streams = 10001", "http2.max_concurrent_streams"),
+        (b'max_concurrent_streams = "100"', "http2.max_concurrent_streams"),
+        (b"max_streams_per_connection = 0", "http2.max_streams_per_connection"),
+        (b"max_streams_per_connection = 1073741825", "http2.max_streams_per_connection"),
+        (b"max_streams_per_connection = 50", "http2.max_streams_per_connection"),  # below the concurrency cap
+        (b"initial_stream_window = 1023", "http2.initial_stream_window"),
+        (b"initial_stream_window = 2147483648", "http2.initial_stream_window"),  # RFC 9113 §6.9.1
+        (b"connection_window = 65534", "http2.connection_window"),
+        (b"connection_window = 2147483648", "http2.connection_window"),
+        (b"initial_stream_window = 2097152", "http2.connection_window"),  # a stream window above the connection's
+        (b"max_frame_size = 16383", "http2.max_frame_size"),  # RFC 9113 §6.5.2
+        (b"max_frame_size = 16777216", "http2.max_frame_size"),
+        (b"header_table_size = -1", "http2.header_table_size"),
+        (b"header_table_size = 65537", "http2.header_table_size"),
+        (b"max_queued_acks = 15", "http2.max_queued_acks"),
+        (b"max_queued_acks = 100001", "http2.max_queued_acks"),
+        (b"premature_reset_min_streams = 0", "http2.premature_reset_min_streams"),
+        (b"premature_reset_window_s = 0", "http2.premature_reset_window_s"),
+        (b"premature_reset_window_s = 61", "http2.premature_reset_window_s"),
+    ],
+)
+def test_a_bad_http2_limit_names_its_key(body, key):
+    with pytest.raises(ConfigError) as err:
+        load_bytes(b"[http2]\n" + body + b"\n")
+    assert str(err.value).startswith(key + ":"), str(err.value)
+
+
+@pytest.mark.parametrize("value", [b"0", b"-1", b'"60s"'])
+def test_a_bad_send_timeout_names_its_key(value):
+    with pytest.raises(ConfigError) as err:
+        load_bytes(b"[limits]\nsend_timeout_s = " + value + b"\n")
+    assert str(err.value).startswith("limits.send_timeout_s:"), str(err.value)
+
+
+def test_a_bad_http2_limit_exits_2_before_binding(tmp_path):
+    port = free_port()
+    conf = tmp_path / "bad.toml"
+    conf.write_text(f'[listen]\nhttps = "127.0.0.1:{port}"\n[http2]\nmax_frame_size = 1024\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "run", "--config", str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "http2.max_frame_size: must be within 16384..16777215, got 1024" in proc.stderr
+    import socket
+
+    with socket.socket() as s:  # nothing bound the port
+        s.bind(("127.0.0.1", port))

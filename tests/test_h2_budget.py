@@ -160,3 +160,23 @@ def test_control_frame_ratio():
     open_n(b, 5)
     assert b.after_read(0, 10 * 16384, 1150) is None
     assert b.after_read(0, 10 * 16384, 1151) is CONTROL_FLOOD
+
+
+def test_the_http2_keys_reach_the_budget_and_the_defaults_are_the_configs():
+    """One place owns each number: the [http2] defaults; H2Limits and StreamBudget read them."""
+    from sentin8.config import Http2, load_bytes
+    from sentin8.http.h2_limits import H2Limits
+
+    d, b = Http2(), StreamBudget()
+    assert (b.max_concurrent, b.max_streams) == (d.max_concurrent_streams, d.max_streams_per_connection)
+    assert (b.reset_min_streams, b.reset_window_s) == (d.premature_reset_min_streams, d.premature_reset_window_s)
+    cfg = load_bytes(
+        b"[http2]\nmax_concurrent_streams = 5\nmax_streams_per_connection = 7\n"
+        b"premature_reset_min_streams = 20\npremature_reset_window_s = 2.5\n"
+    )
+    b = StreamBudget.of(H2Limits.from_config(cfg))
+    assert (b.max_concurrent, b.max_per_read, b.max_streams) == (5, 10, 7)
+    assert (b.reset_min_streams, b.reset_window_s) == (20, 2.5)
+    for sid in range(1, 11, 2):
+        assert b.opened(sid, 0.0) is None
+    assert b.at_cap and b.opened(11, 0.0).counter == "h2_refused_at_cap"

@@ -25,6 +25,9 @@ Each method returns ``None`` (go on) or a ``Verdict``: what to do and the counte
 from __future__ import annotations
 
 from .h2_codes import ENHANCE_YOUR_CALM, NO_ERROR, REFUSED_STREAM
+from .h2_limits import H2Limits
+
+_D = H2Limits()  # the defaults (the [http2] keys'), for a budget made without a config
 
 REFUSE = 1  # reset this stream with ``code`` (REFUSED_STREAM), keep the connection
 GOAWAY = 2  # serve this stream, then a graceful final GOAWAY ``code`` (NO_ERROR)
@@ -92,10 +95,10 @@ class StreamBudget:
     def __init__(
         self,
         *,
-        max_concurrent: int = 100,
-        max_streams: int = 1000,
-        reset_min_streams: int = 100,
-        reset_window_s: float = 1.0,
+        max_concurrent: int = _D.max_concurrent_streams,
+        max_streams: int = _D.max_streams,
+        reset_min_streams: int = _D.reset_min_streams,
+        reset_window_s: float = _D.reset_window_s,
         traffic_allowance: int = 1 << 20,
         control_base: int = 1000,
         control_per_work: int = 10,
@@ -114,6 +117,16 @@ class StreamBudget:
         self.closed = 0  # streams that ended (done, reset, or refused)
         self.premature = 0  # ... of which within reset_window_s of opening, by a reset or a refusal
         self.new_in_read = 0
+
+    @classmethod
+    def of(cls, limits: H2Limits) -> StreamBudget:
+        """The budget of a connection with ``limits`` (``H2Limits.from_config``: the ``[http2]`` keys)."""
+        return cls(
+            max_concurrent=limits.max_concurrent_streams,
+            max_streams=limits.max_streams,
+            reset_min_streams=limits.reset_min_streams,
+            reset_window_s=limits.reset_window_s,
+        )
 
     # -- streams ---------------------------------------------------------------------------------------
 

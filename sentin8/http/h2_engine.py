@@ -84,8 +84,10 @@ _DRAIN_PING = b"s8-drain"
 # Reads are fed to the engine in slices of this size, its output taken between them. The engine counts a
 # stream it reset (a malformed block, DATA beyond content-length) against SETTINGS_MAX_CONCURRENT_STREAMS
 # until its RST_STREAM is written: fed 16 KiB of such streams at once, it would take the 101st for a client
-# over the cap (GOAWAY PROTOCOL_ERROR) before our budget saw one of them. 1 KiB holds fewer than 100 of the
-# smallest (HEADERS + DATA, ~24 B), so the premature-reset budget answers MadeYouReset, as it does Rapid Reset.
+# over the cap (GOAWAY PROTOCOL_ERROR) before our budget saw one of them. 1 KiB holds fewer than 100 (the
+# default ``http2.max_concurrent_streams``) of the smallest (HEADERS + DATA, ~24 B), so the premature-reset
+# budget answers MadeYouReset, as it does Rapid Reset; under a cap below ~40 the engine's PROTOCOL_ERROR may
+# answer such a burst first, which ends it as surely.
 _SLICE = 1024
 _STATUS = {s: b"%d" % s for s in (100, 103, 200, 201, 204, 206, 301, 302, 304, 400, 403, 404, 500, 502, 503)}
 

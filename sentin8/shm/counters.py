@@ -216,6 +216,10 @@ NAMES: tuple[str, ...] = (
     # issue 17: h2 per-stream and per-block deadlines (workers/l7/h2/connection.py)
     "h2_header_timeout",  # a header block open past limits.header_timeout_s: GOAWAY ENHANCE_YOUR_CALM, closed
     "h2_body_timeout",  # a request body idle past limits.idle_timeout_s: that stream alone, 408 or RST_STREAM
+    # response-side deadlines (limits.send_timeout_s): a client that takes no response bytes
+    "send_timeout",  # HTTP/1.1 connections whose client took no response byte for limits.send_timeout_s: closed
+    "h2_stream_send_timeout",  # h2 streams held by the client's windows past it: RST_STREAM CANCEL, upstream aborted
+    "h2_send_timeout",  # h2 connections whose socket took nothing past it: GOAWAY, closed
     # a draining worker's HTTP/1.1 idle close (workers/l7/h1/connection.py)
     "drain_idle_spoke",  # the idle grace over with the client's bytes unread in the socket: read, not closed
 )

@@ -7,7 +7,8 @@ heads that arrive while a request is in flight queue up, reading pauses, and the
 keeps the client deadlines (``deadline.py``) and the reasons reading is paused (``flow.py``), and hands each
 request at the front of the queue to an ``Exchange`` (``exchange.py``), which answers it. After a 101 the
 connection's bytes go to a ``Tunnel`` (``tunnel.py``) instead of the parser. Every error response closes the
-connection.
+connection. A client that takes no response byte for ``limits.send_timeout_s`` (its write buffer above the
+high-water mark all that time: nginx's ``send_timeout``) is aborted, counted ``send_timeout``.
 
 The connection is the ``Downstream`` (``../downstream.py``) of the request in flight: what an exchange may
 ask of it is that protocol, nothing else. Its facts (``ConnectionFacts``: SNI, TLS, client address, client
@@ -86,6 +87,8 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         self._drain_grace = min(cfg.fleet.drain_idle_grace_s, cfg.fleet.drain_timeout_s)
         self._drain_timer: asyncio.TimerHandle | None = None
         self._idle_since = loop.time()  # when the connection last became idle (the drain grace counts from it)
+        self._send_timeout = cfg.limits.send_timeout_s
+        self._send_timer: asyncio.TimerHandle | None = None  # armed while the client's write buffer is full
         self._head_raw = 0
         self._progress = False
         self._completed_in_feed = False
@@ -206,10 +209,10 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         self._closing = True
         self._read.transport = None
         self._deadline.stop()
-        for timer in (self._drain_timer, self._linger_timer):
+        for timer in (self._drain_timer, self._linger_timer, self._send_timer):
             if timer is not None:
                 timer.cancel()
-        self._drain_timer = self._linger_timer = None
+        self._drain_timer = self._linger_timer = self._send_timer = None
         ex, self._ex = self._ex, None
         self._tunnel = None
         if ex is not None:
@@ -224,12 +227,17 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._write_paused = True
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(self._send_timeout, self._send_timed_out)
         ex = self._ex
         if ex is not None:
             ex.client_write_paused()
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        timer, self._send_timer = self._send_timer, None
+        if timer is not None:
+            timer.cancel()
         ex = self._ex
         if ex is not None:
             ex.client_write_resumed()
@@ -412,6 +420,16 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
                 ex.respond_error(408)
             else:
                 self._abort()
+
+    def _send_timed_out(self) -> None:
+        """The client took nothing for ``limits.send_timeout_s``: abort (a close would wait for it to read)."""
+        self._send_timer = None
+        self.ctx.count("send_timeout")
+        if self.transport is not None:
+            self._closing = True
+            self._read.transport = None
+            self._deadline.stop()
+            self.transport.abort()
 
     def _close(self) -> None:
         """The graceful close, lingering (``../linger.py``): our FIN (after the response, and close_notify over

@@ -15,7 +15,9 @@ Deadlines: the handshake's is the TLS layer's; the connection's idle deadline ru
 a header block left open (HEADERS without END_HEADERS, or a frame trickled) must end within
 ``limits.header_timeout_s`` (``HeaderBlockWatch``), else GOAWAY ENHANCE_YOUR_CALM and close; a request body
 idle for ``limits.idle_timeout_s`` (as HTTP/1.1's) ends its stream alone: 408 if no response has started, else
-RST_STREAM. A body the proxy itself holds back (windows shut) is not idle.
+RST_STREAM. A body the proxy itself holds back (windows shut) is not idle. The response side has
+``limits.send_timeout_s``, per stream (windows held shut) and per connection (socket not read):
+``send_deadline.py``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from ..downstream import NO_FACTS, ConnectionFacts
 from ..exchange import Exchange
 from ..linger import LINGER_BYTES, LINGER_S
 from ..request import Request
+from .send_deadline import SendDeadlines
 from .stream import WRITE_HIGH, H2Stream
 
 log = logging.getLogger("sentin8.l7")
@@ -75,8 +78,9 @@ class H2Bridge(asyncio.Protocol):
         self.blocks = HeaderBlockWatch()
         self._header_timer: asyncio.TimerHandle | None = None  # armed while a header block is open
         self._drain_grace = min(cfg.fleet.drain_idle_grace_s, cfg.fleet.drain_timeout_s)
-        self.engine = ServerConnection(H2Limits.from_policy(cfg.policy.max_header_bytes, cfg.policy.max_headers))
-        self.budget = StreamBudget()
+        limits = H2Limits.from_config(cfg)  # [http2] and [policy]: a reload's new workers take the new values
+        self.engine = ServerConnection(limits)
+        self.budget = StreamBudget.of(limits)
         self.facts: ConnectionFacts = NO_FACTS
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, H2Stream] = {}
@@ -88,6 +92,7 @@ class H2Bridge(asyncio.Protocol):
         self._paused_streams = 0  # streams whose queued response is above stream.WRITE_HIGH
         self._timer: asyncio.TimerHandle | None = None
         self._lingered = 0  # bytes read and discarded since the lingering close began
+        self.send_deadlines = SendDeadlines(self, loop, cfg.limits.send_timeout_s)
 
     # -- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -151,6 +156,7 @@ class H2Bridge(asyncio.Protocol):
         self._closing = True
         self._cancel_timer()
         self._cancel_header_timer()
+        self.send_deadlines.stop()
         streams, self.streams = self.streams, {}
         for st in streams.values():
             st.stop_body_deadline()
@@ -161,12 +167,14 @@ class H2Bridge(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._write_paused = True
+        self.send_deadlines.socket_paused()
         for st in self.streams.values():
             if st.ex is not None:
                 st.ex.client_write_paused()
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self.send_deadlines.socket_resumed()
         for st in self.streams.values():
             if st.ex is not None and not st.write_paused:
                 st.ex.client_write_resumed()
@@ -295,13 +303,30 @@ class H2Bridge(asyncio.Protocol):
         if ex is not None:
             ex.respond_error(408)  # the stream's end (exchange_done) frees it
         else:
-            self._stream_cancel(st)
+            self.cancel_stream(st)
         self.flush()
 
-    def _stream_cancel(self, st: H2Stream) -> None:
+    def cancel_stream(self, st: H2Stream) -> None:
+        """RST_STREAM CANCEL: ``st`` ends alone, its exchange (if it still runs) aborted."""
         st.ended = True
         self.engine.reset(st.sid, h2_codes.CANCEL)
-        self._forget(st)
+        if self.streams.get(st.sid) is st:
+            ex = st.ex
+            if ex is not None:
+                ex.client_gone()  # the upstream connection closed, never pooled
+            self._forget(st)
+        self.flush()
+
+    def send_stalled(self) -> None:
+        """The socket took nothing for ``limits.send_timeout_s``: GOAWAY (queued, best effort), then abort:
+        a close (a lingering one too) would wait for a buffer this client never drains."""
+        if self.transport is None:
+            return
+        if not self._closing:
+            self.engine.close(h2_codes.NO_ERROR, "")
+            self.flush()
+        self._closing = True
+        self.transport.abort()
 
     def _header_over(self) -> None:
         """A header block open for ``limits.header_timeout_s`` (h2's slowloris): GOAWAY and close."""
@@ -345,6 +370,7 @@ class H2Bridge(asyncio.Protocol):
     # -- what streams ask -----------------------------------------------------------------------------
     def stream_write_paused(self, st: H2Stream) -> None:
         self._paused_streams += 1
+        self.send_deadlines.stream_paused(st)
         if st.ex is not None:
             st.ex.client_write_paused()
 
@@ -360,6 +386,7 @@ class H2Bridge(asyncio.Protocol):
         if st.write_paused:
             st.write_paused = False
             self._paused_streams -= 1
+        self.send_deadlines.stream_done(st)
         self._end_stream_request(st)
         st.req.exchange = None
         st.ex = None
@@ -390,6 +417,8 @@ class H2Bridge(asyncio.Protocol):
             transport.write(out)
             if self._paused_streams:
                 self._windows_opened()  # what was queued has left within the windows: read the upstreams again
+            if self.send_deadlines.stalled:
+                self.send_deadlines.progress()
         if engine.ended is not None or (self._final_sent and not self.streams):
             self._close()  # after the last bytes: the transport writes them, then close_notify
 
@@ -452,7 +481,7 @@ class H2Bridge(asyncio.Protocol):
             return
         self._closing = True
         self._cancel_timer()
-        self._cancel_header_timer()
+        self._cancel_header_timer()  # the send deadline runs on: a close waits for the client to read
         transport = self.transport
         if transport is None:
             return

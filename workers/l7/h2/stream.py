@@ -56,6 +56,7 @@ class H2Stream:
         "paused",
         "req",
         "sid",
+        "submitted",
         "unconsumed",
         "write_paused",
     )
@@ -74,6 +75,7 @@ class H2Stream:
         self.continue_sent = False
         self.ended = False  # the response is complete (or the stream reset): nothing more is sent
         self.unconsumed = 0  # DATA bytes received and not yet given back to the windows
+        self.submitted = 0  # response body bytes given to the engine (send_deadline.py counts what left)
         self.hold = BODY_HOLD
         self.paused = False  # the upstream's write buffer is full
         self.write_paused = False  # our queue for the client is above WRITE_HIGH
@@ -133,6 +135,7 @@ class H2Stream:
             return
         engine = self._conn.engine
         engine.send_data(self.sid, data)
+        self.submitted += len(data)
         if not self.write_paused and engine.buffered(self.sid) > WRITE_HIGH:
             self.write_paused = True
             self._conn.stream_write_paused(self)
