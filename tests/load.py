@@ -5,7 +5,9 @@ Each kind of client runs in its own thread and loops until ``stop()``. A client 
 a real client would see as a failure: a refused or reset connection, a handshake that fails, a timeout, a
 response that is not the expected one, a keep-alive connection that ends without answering a request sent
 on it. A response carrying ``Connection: close`` followed by the close is the server's right, not an error:
-the keep-alive client reconnects, as every HTTP client does.
+the keep-alive client reconnects, as every HTTP client does. So is closing a connection idle for a while: a
+client checks for that close before it reuses the connection (``PQClient.closed_while_idle``) and reconnects.
+A close after the request went out remains an error.
 """
 
 from __future__ import annotations
@@ -96,7 +98,18 @@ class Load:
 
     # ---- L7 (external clients, PQ TLS) ---------------------------------------------------------------
 
-    def l7(self, connect: Callable[[], socket.socket], sni: str, new_conns: int = 1, keepalive: int = 1) -> None:
+    def l7(
+        self,
+        connect: Callable[[], socket.socket],
+        sni: str,
+        new_conns: int = 1,
+        keepalive: int = 1,
+        idle_close_after: float | None = None,
+        pause: float = 0.01,
+    ) -> None:
+        """``idle_close_after``: the server may close a keep-alive connection idle this long (a draining
+        worker's ``fleet.drain_idle_grace_s``); None: never. A close sooner than that is an error.
+        ``pause``: a keep-alive client's think time between a response and its next request."""
         from tests.pqclient import PQClient
 
         request = f"GET /load HTTP/1.1\r\nHost: {sni}\r\n\r\n".encode()
@@ -126,13 +139,24 @@ class Load:
             try:
                 client = PQClient(connect(), sni)
                 client.handshake()
+                answered_at = None  # when the last response was read: the connection is idle since
                 while not self._stop.is_set():
+                    if answered_at is not None and client.closed_while_idle():
+                        # closed idle before this client sent anything more (a drain's grace ran out while
+                        # this thread was descheduled): reconnect, as every client does before reuse. The
+                        # client's idle time is the server's minus the response's way here: a little slack.
+                        idle = time.monotonic() - answered_at
+                        if idle_close_after is None or idle < 0.8 * idle_close_after:
+                            raise AssertionError(f"keep-alive connection closed after only {idle:.3f} s idle")
+                        self._ok("l7_closed_idle")
+                        return
                     closing = check(client.request(request))
+                    answered_at = time.monotonic()
                     self._ok("l7_keepalive")
                     if closing:
                         self._ok("l7_told_to_close")
                         return  # reconnect, as the server asked
-                    time.sleep(0.01)
+                    time.sleep(pause)
             except Exception as exc:
                 self._error("l7_keepalive", exc)
             finally:

@@ -115,6 +115,7 @@ class HTTPBackend:
 
         self.name = name
         self.requests: list[dict] = []
+        self.unframed: list[bytes] = []  # what arrived where a request line should have: never anything
         self.sni_seen: list[str | None] = []  # with ``tls``: the server name each handshake asked for
         self.slow_started = threading.Event()
         self.release_slow = threading.Event()
@@ -133,8 +134,7 @@ class HTTPBackend:
                 if self.path.startswith("/slow/"):
                     backend.slow_started.set()
                     backend.release_slow.wait(30)  # held until the test lets it answer
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
+                body = self._body()
                 seen = {
                     "backend": backend.name,
                     "method": self.command,
@@ -153,6 +153,28 @@ class HTTPBackend:
                 self.wfile.write(out)
 
             do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+            def _body(self) -> bytes:
+                """The whole request body, as framed: a chunked one too (a streamed body the proxy forwards).
+                Answering before reading it would leave its chunks to be parsed as the next request."""
+                if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                    out = bytearray()
+                    while True:
+                        size = int(self.rfile.readline(65537).split(b";")[0], 16)
+                        if size == 0:
+                            while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                                pass  # trailers
+                            return bytes(out)
+                        out += self.rfile.read(size)
+                        self.rfile.readline(65537)  # the chunk's CRLF
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else b""
+
+            def parse_request(self) -> bool:
+                ok = super().parse_request()
+                if not ok:  # not a request: bytes outside a well-framed one (close() reports them)
+                    backend.unframed.append(bytes(self.raw_requestline[:200]))
+                return ok
 
             def _big(self, n: int) -> None:
                 """n pseudo-random bytes, deterministic so the client can check them."""
@@ -211,8 +233,10 @@ class HTTPBackend:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
+        """Stop serving; fails when the proxy ever sent bytes outside a well-framed request (smuggling-class)."""
         self.server.shutdown()
         self.server.server_close()
+        assert not self.unframed, f"{self.name}: bytes outside a well-framed request: {self.unframed}"
 
 
 def pattern(offset: int, n: int) -> bytes:

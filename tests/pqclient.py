@@ -11,6 +11,7 @@ offers only classical algorithms and is expected to be refused by the proxy.
 
 from __future__ import annotations
 
+import select
 import selectors
 import socket
 import threading
@@ -177,6 +178,23 @@ class PQClient:
         out = bytes(self._buf[:n])
         del self._buf[:n]
         return out
+
+    def closed_while_idle(self) -> bool:
+        """Before a kept-alive connection carries another request: whether the server closed it meanwhile,
+        as every HTTP client checks before reusing one (urllib3's ``is_connection_dropped``, Go's idle
+        connection reader). Nothing is owed on an idle connection, so anything readable must be that close
+        (close_notify, FIN, reset); bytes of any other kind raise."""
+        if self._buf:
+            raise AssertionError(f"bytes after the last response: {bytes(self._buf[:60])!r}")
+        if not select.select([self.sock], [], [], 0)[0]:
+            return False
+        try:
+            data = self._recv_tls()
+        except ConnectionResetError:
+            return True
+        if data:
+            raise AssertionError(f"unsolicited bytes on an idle connection: {data[:60]!r}")
+        return True
 
     def request(self, raw: bytes, *, head: bool = False) -> bytes:
         """Send a raw HTTP/1.1 request and return the complete raw response (head and body as framed:

@@ -125,6 +125,9 @@ def test_a_mebibyte_up_and_down_with_the_default_windows(external_host, fleet_fa
     # no content-length: forwarded chunked, as h1 does for a streamed body
     r = c.fetch(H2Request(b"POST", b"/echo", body=up[: 300 * 1024]), timeout=30)
     assert r.status == 200, r
+    seen = json.loads(r.body)  # the backend read the whole chunked body before it answered
+    assert ("Transfer-Encoding", "chunked") in [tuple(h) for h in seen["headers"]]
+    assert seen["body_len"] == 300 * 1024 and seen["body_sha256"] == hashlib.sha256(up[: 300 * 1024]).hexdigest()
     c.close()
 
 

@@ -56,11 +56,13 @@ class Backend:
         self.sse_go = threading.Event()
         self.sent = 0  # bytes of body sent by /big so far
         self.lock = threading.Lock()
+        self.unframed: list[bytes] = []  # what arrived where a request line should have: never anything
         self._closed = False
         self._conns: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def close(self) -> None:
+        """Stop serving; fails when the proxy ever sent bytes outside a well-framed request (smuggling-class)."""
         self._closed = True
         self.release.set()
         self.sse_go.set()
@@ -70,6 +72,7 @@ class Backend:
                 c.close()
             except OSError:
                 pass
+        assert not self.unframed, f"{self.name}: bytes outside a well-framed request: {self.unframed}"
 
     def _accept(self) -> None:
         while not self._closed:
@@ -90,7 +93,14 @@ class Backend:
                 line = f.readline(65536)
                 if not line:
                     return
-                method, target, _ = line.decode("latin-1").split(" ", 2)
+                request_line = line.decode("latin-1").rstrip("\r\n").split(" ")
+                if len(request_line) != 3 or not request_line[2].startswith("HTTP/1."):
+                    # Not a request line: bytes outside a well-framed request (a body's leftovers after a
+                    # premature end, a stray CRLF). The proxy must never send them; close() reports them.
+                    with self.lock:
+                        self.unframed.append(line[:200])
+                    return
+                method, target, _ = request_line
                 headers: list[tuple[str, str]] = []
                 while True:
                     h = f.readline(65536)
@@ -1086,6 +1096,92 @@ def test_drain_answers_idle_keepalive_with_close_then_closes_the_still_idle(star
     settled(proxy)
 
 
+def test_drain_grace_ending_in_a_stalled_loop_answers_the_request_already_in_the_socket(start, backend):
+    """The loop is busy (here one connection's callback blocks it) past the end of the drain grace, and the
+    idle keep-alive client's next request arrives meanwhile. uvloop runs expired timers before it polls, so
+    when the loop comes back the grace ends first, with the request unread in the kernel: the connection
+    still looks idle. Closed there, a request the client rightly sent on a connection kept alive would get
+    no answer at all (the load tests' "connection ended before \\r\\n\\r\\n"). It is answered, told to close."""
+    stalled = threading.Event()
+
+    class Stalling(TrackingBridge):
+        def data_received(self, data: bytes) -> None:
+            if data == b"STALL":
+                stalled.set()
+                time.sleep(1.5)  # the stall itself (a loop busy for 1.5 s), not a wait for anything
+                return
+            super().data_received(data)
+
+    cfg = make_cfg()
+    cfg.fleet.drain_idle_grace_s = 0.2
+    proxy = start(make_table([backend]), cfg=cfg, cls=Stalling)
+    c = proxy.client()
+    assert c.request(get("/")).status == 200
+    staller = proxy.client()
+    wait_until(lambda: len(proxy.bridges) == 2, what="both connections made")
+    proxy.call(lambda: [b.begin_drain() for b in proxy.bridges])
+    staller.send(b"STALL")
+    assert stalled.wait(DEADLINE)
+    c.send(get("/next"))  # in the socket while the loop is stalled; the grace ends meanwhile
+    r = c.response()
+    assert r.status == 200 and r.header("connection") == "close"
+    assert c.closed()
+    settled(proxy)
+
+
+def test_drain_closes_a_keepalive_connection_only_after_a_whole_grace_idle(start, backend):
+    """A response whose head promised keep-alive before the drain ends during the grace: the connection is
+    idle from then, and its client gets a whole grace to send the next request, not what is left of the one
+    that started at the drain (which would close it just as that request is on its way)."""
+    cfg = make_cfg()
+    cfg.fleet.drain_idle_grace_s = 1.0
+    proxy = start(make_table([backend]), cfg=cfg)
+    c = proxy.client()
+    c.send(get("/sse"))
+    while b"data: one" not in c.buf:  # the head (keep-alive) and a first event: the response is streaming
+        assert c._fill()
+
+    def drain() -> float:
+        for b in proxy.bridges:
+            b.begin_drain()
+        return proxy.loop.time()
+
+    t0 = proxy.call(drain)
+    wait_until(lambda: proxy.call(proxy.loop.time) > t0 + 0.5, what="half the grace gone")
+    backend.sse_go.set()  # the response ends: idle from here
+    r = c.response()
+    assert r.status == 200 and r.header("connection") != "close"
+    # past the grace counted from the drain (where a close would have been), within the one counted from idle
+    wait_until(lambda: proxy.call(proxy.loop.time) > t0 + 1.05, what="the grace counted from the drain over")
+    r = c.request(get("/next"))
+    assert r.status == 200 and r.header("connection") == "close"
+    assert c.closed()
+    settled(proxy)
+
+
+def test_a_closing_response_is_never_cut_by_a_reset_for_bytes_the_client_sent_after_it(start, backend):
+    """RFC 9112 §9.6: the client's request said Connection: close, but it had already sent more (a pipelined
+    request and part of its body). Closed at once, a socket with those bytes unread answers with a reset,
+    and a reset may throw away the response before the client reads it (still in the kernel's send queue,
+    or in the client's receive buffer on some stacks). The lingering close sends its FIN after the whole
+    response and drops what the client still sends: the client reads the response, then a FIN, no reset."""
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(
+        get("/", extra=b"Connection: close\r\n")
+        + b"POST /echo HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 1000000\r\n\r\n"
+        + b"x" * 200_000
+    )
+    wait_until(lambda: proxy.call(lambda: proxy.bridges[0].closing), what="the proxy closing the connection")
+    r = c.response()
+    assert r.status == 200 and r.header("connection") == "close"
+    c.sock.settimeout(DEADLINE)
+    assert c.sock.recv(65536) == b""  # a FIN, where an immediate close answers ECONNRESET
+    assert not any(r["target"] == "/echo" for r in backend.requests)  # the pipelined one: never forwarded
+    c.close()
+    settled(proxy)
+
+
 def test_client_abort_mid_response_releases_everything(start, backend):
     proxy = start(make_table([backend]))
     c = proxy.client(rcvbuf=65536)
@@ -1174,6 +1270,8 @@ def test_half_closed_client_still_gets_its_response(start, backend):
     c.sock.shutdown(socket.SHUT_WR)
     assert c.response().status == 200
     assert c.closed()
+    # closed outright, not lingering for a FIN that came already (LINGER_S is 2 s)
+    wait_until(lambda: proxy.call(lambda: proxy.bridges[0].transport.is_closing()), 1.0, what="transport closed")
     settled(proxy)
 
 
@@ -1648,32 +1746,41 @@ def test_acme_bypasses_the_waf(start, backend, acme):
 
 
 @pytest.mark.parametrize(
-    "big",
+    ("big", "answer"),
     [
-        get("/" + "/*x" * 21_800),  # the 65 KB URL that froze both workers for 10 s
-        get("/", extra=b"X-Filler: " + b"/*x" * 21_800 + b"\r\n"),  # a 64 KiB header
+        # the 65 KB URL that froze both workers for 10 s: blocked, and the error answer closes
+        (get("/" + "/*x" * 21_800), (403, "close")),
+        (get("/", extra=b"X-Filler: " + b"/*x" * 21_800 + b"\r\n"), (200, None)),  # a 64 KiB header: passes
     ],
     ids=["65kb-url", "64kib-header"],
 )
-def test_quadratic_inputs_answered_fast_while_another_client_is_served(start, backend, big):
+def test_quadratic_inputs_answered_fast_while_another_client_is_served(start, backend, big, answer):
     cfg = make_cfg()
     cfg.policy.max_header_bytes = 80_000  # let the 64 KiB header reach the WAF
     proxy = with_waf(start(make_table([backend]), cfg=cfg))
     warm = proxy.client()
     assert warm.request(get("/warm")).status == 200
     answered: list[float] = []
+    statuses: set[tuple[int, str | None]] = set()
+    failed: list[BaseException] = []
     stop = threading.Event()
 
     def attacker() -> None:
-        c = proxy.client()
-        while not stop.is_set():
-            t0 = time.monotonic()
-            c.request(big)
-            answered.append(time.monotonic() - t0)
+        try:
+            c = proxy.client()
+            while not stop.is_set():
+                t0 = time.monotonic()
+                r = c.request(big)
+                answered.append(time.monotonic() - t0)
+                statuses.add((r.status, r.header("connection")))
+                if r.header("connection") == "close":  # an error answer closes: a client reconnects
+                    c = proxy.client()
+        except BaseException as exc:  # the test reports it (a thread's exception would only be printed)
+            failed.append(exc)
 
     thread = threading.Thread(target=attacker, daemon=True)
     thread.start()
-    wait_until(lambda: answered, what="first pathological request answered")
+    wait_until(lambda: answered or failed, what="first pathological request answered")
     latencies = []
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
@@ -1682,6 +1789,10 @@ def test_quadratic_inputs_answered_fast_while_another_client_is_served(start, ba
         latencies.append(time.monotonic() - t0)
     stop.set()
     thread.join(DEADLINE)
+    assert not thread.is_alive() and not failed, failed
+    # the WAF's answer, with the close an error answer brings (the attacker's unhandled EOFError("closed") was
+    # that close, met by a client that sent its next request on the closed connection)
+    assert statuses == {answer}, statuses
     answered.sort()
     latencies.sort()
     assert answered[len(answered) // 2] < 0.1, answered  # each one answered well within 100 ms

@@ -19,7 +19,8 @@ from tests.peers import REPO, tls_client, wait_until
 from tests.pqclient import PQClient
 
 RELOADS = int(os.environ.get("SENTIN8_RELOADS", "100"))
-FAST_DRAIN = "drain_timeout_s = 3\ndrain_idle_grace_s = 0.5"
+FAST_DRAIN_IDLE_GRACE_S = 0.5
+FAST_DRAIN = f"drain_timeout_s = 3\ndrain_idle_grace_s = {FAST_DRAIN_IDLE_GRACE_S}"
 H2_ON = "\n[http2]\nenabled = true\n"
 
 
@@ -50,7 +51,8 @@ def start_load(fleet, external_host, h2: int = 0) -> Load:  # noqa: F811
     """L4 and h1 load; ``h2``: that many h2 connections too (the fleet must have [http2] on)."""
     load = Load()
     load.l4(fleet.port, "shop.internal", b"shop:", new_conns=1, keepalive=1)
-    load.l7(lambda: external_host.connect(fleet.port), "web.apps.test", new_conns=1, keepalive=2)
+    load.l7(lambda: external_host.connect(fleet.port), "web.apps.test", new_conns=1, keepalive=2,
+            idle_close_after=FAST_DRAIN_IDLE_GRACE_S)  # fmt: skip
     if h2:
         load.h2(lambda: external_host.connect(fleet.port), "web.apps.test", clients=h2, streams=4)
     wait_until(lambda: load.total() > 20, 20, what="load flowing")
@@ -165,6 +167,34 @@ def test_handshake_completing_in_a_worker_retired_by_sighup_is_answered(
     client.close()
     head = resp.partition(b"\r\n\r\n")[0].lower()
     assert head.startswith(b"http/1.1 200") and b"\r\nconnection: close" in head
+
+
+def test_keepalive_clients_in_a_tight_loop_lose_no_request_across_drains(
+    fleet_factory, backend_factory, web, external_host  # noqa: F811
+):
+    """The keep-alive close race, focused: one worker, so every SIGHUP drains the worker serving every
+    connection, and keep-alive clients sending their next request the moment a response is read (no think
+    time; some with a little). A draining worker answers each with Connection: close or closes it only
+    after a whole idle grace; a request sent on a reused connection that gets no response is an error."""
+    shop = backend_factory("shop", "shop.internal")
+    fleet = fleet_factory(mixed_body(web.port, shop.port), workers=1, host="0.0.0.0", fleet=FAST_DRAIN)
+    load = Load()
+    connect = lambda: external_host.connect(fleet.port)  # noqa: E731
+    load.l7(connect, "web.apps.test", new_conns=0, keepalive=3, idle_close_after=FAST_DRAIN_IDLE_GRACE_S, pause=0)
+    load.l7(connect, "web.apps.test", new_conns=0, keepalive=2, idle_close_after=FAST_DRAIN_IDLE_GRACE_S, pause=0.05)
+    wait_until(lambda: load.total() > 50, 20, what="load flowing")
+    try:
+        for i in range(15):
+            done = len(fleet.events("reload_done"))
+            fleet.signal(signal.SIGHUP)
+            wait_until(lambda done=done: len(fleet.events("reload_done")) > done, 30, 0.01, what=f"reload {i + 1}")
+            told = load.ok["l7_told_to_close"]
+            wait_until(lambda told=told: load.ok["l7_told_to_close"] > told, 10, 0.01, what="clients told to go")
+    finally:
+        load.stop()
+    print(f"tight keep-alive load across 15 drains: {dict(load.ok)}")
+    assert load.errors == [], load.errors[:10]
+    assert load.ok["l7_told_to_close"] >= 15 and load.ok["l7_keepalive"] > 200
 
 
 def half_handshake(client: PQClient) -> None:

@@ -146,3 +146,48 @@ def test_a_closed_connection_fires_nothing(silent_backend):
         assert owner.timeouts == 0
 
     run(main())
+
+
+
+def test_a_pooled_connection_the_backend_closed_is_not_handed_out_before_the_loop_sees_the_close():
+    """A backend's keep-alive timeout closes an idle pooled connection; its FIN is in the kernel, the loop has
+    not polled since (it is busy with the very request about to take a connection). ``acquire`` must not hand
+    the dead connection out: a POST sent on it could only be answered 502 (it cannot be replayed)."""
+    import select
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    accepted: dict[tuple, socket.socket] = {}  # by the proxy side's address
+
+    def accept() -> None:
+        for _ in range(2):
+            c, addr = srv.accept()
+            accepted[addr] = c
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        pool = UpstreamPool(loop, idle_timeout_s=10.0, response_timeout_s=5.0)
+        inst = Instance("b-1", "b", "127.0.0.1", srv.getsockname()[1])
+        t = threading.Thread(target=accept, daemon=True)
+        t.start()
+        live, stale = await pool.connect(inst), await pool.connect(inst)
+        await asyncio.to_thread(t.join, 5)
+        pool.release(live)
+        pool.release(stale)  # the most recently used: acquire's first pick
+        assert pool.idle_count("b-1") == 2
+        accepted[stale.transport.get_extra_info("sockname")].close()  # the backend's keep-alive timeout
+        # wait for the FIN in the kernel, blocking the loop: it cannot deliver connection_lost meanwhile
+        fd = stale.transport.get_extra_info("socket").fileno()
+        assert select.select([fd], [], [], 5)[0], "no FIN"
+        assert not stale.closed  # the loop has not seen it
+        got = pool.acquire("b-1")
+        assert got is live and not live.closed  # the dead one was dropped, the live one handed out
+        assert stale.closed and pool.idle_count("b-1") == 0
+        assert pool.acquire("b-1") is None
+        live.close()
+
+    try:
+        run(main())
+    finally:
+        srv.close()
+        for c in accepted.values():
+            c.close()

@@ -25,6 +25,7 @@ from sentin8.routing import Instance
 
 from . import deadline
 from .deadline import Deadline
+from .unread import peer_spoke
 
 WRITE_HIGH_WATER = 64 * 1024
 
@@ -187,13 +188,23 @@ class UpstreamPool:
         )
 
     def acquire(self, instance_id: str) -> UpstreamConn | None:
-        """A live idle connection to ``instance_id`` (most recently used first), or None."""
+        """A live idle connection to ``instance_id`` (most recently used first), or None.
+
+        Live as the kernel knows it now, not only as the loop last saw it: a backend that closed an idle
+        connection (its keep-alive timeout) may have had its FIN arrive after the loop's last poll, and a
+        request sent on it fails, a non-idempotent one (or one whose body was already handed over) with a 502
+        since it cannot be replayed. ``peer_spoke`` looks at the socket first; what remains is the backend
+        closing while the request is on its way, which only a backend keep-alive longer than
+        ``idle_timeout_s`` avoids."""
         stack = self._idle.get(instance_id)
         while stack:
             conn = stack.pop()
             conn.in_use()
             transport = conn.transport
             if conn.closed or transport is None or transport.is_closing():
+                continue
+            if peer_spoke(transport):
+                conn.close()  # a FIN, a reset or unsolicited bytes: it can no longer carry a request
                 continue
             conn.uses += 1
             return conn

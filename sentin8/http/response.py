@@ -212,6 +212,16 @@ def chunk_size_line(size: int) -> bytes:
     return b"%x\r\n" % size
 
 
+def chunk(data: bytes) -> tuple[bytes, ...]:
+    """``data`` as one chunk of a chunked body: size line, data, CRLF; nothing at all for no data. A zero-size
+    chunk is the last-chunk marker: written for an empty read (an HTTP/2 client's empty DATA frame with
+    END_STREAM is one) it would end the body there, and the peer would take every byte after it for a request
+    (or response) of its own: framing it carries is smuggled."""
+    if not data:
+        return ()
+    return (chunk_size_line(len(data)), data, CRLF)
+
+
 def encode_chunks(data: bytes, limit: int) -> list[bytes]:
     """``data`` as chunks, each framed chunk (size line, data, CRLF) at most ``limit`` bytes (one TLS record)."""
     step = limit - 16  # room for the size line and the CRLF: a framed piece stays within limit

@@ -220,6 +220,8 @@ NAMES: tuple[str, ...] = (
     "send_timeout",  # HTTP/1.1 connections whose client took no response byte for limits.send_timeout_s: closed
     "h2_stream_send_timeout",  # h2 streams held by the client's windows past it: RST_STREAM CANCEL, upstream aborted
     "h2_send_timeout",  # h2 connections whose socket took nothing past it: GOAWAY, closed
+    # a draining worker's HTTP/1.1 idle close (workers/l7/h1/connection.py)
+    "drain_idle_spoke",  # the idle grace over with the client's bytes unread in the socket: read, not closed
 )
 GAUGES = ("l4_active", "active_connections", "open_connections")
 MAX_COUNTERS = 256  # room for the names other features add; the last three words are the block's own

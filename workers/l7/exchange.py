@@ -18,7 +18,7 @@ import httptools
 
 from sentin8.http.framing import HeadError
 from sentin8.http.headers import Header, response_headers
-from sentin8.http.response import CRLF, LAST_CHUNK, chunk_size_line, upstream_reusable
+from sentin8.http.response import LAST_CHUNK, chunk, upstream_reusable
 from sentin8.routing import Instance
 from workers.upstream import UpstreamConn
 
@@ -231,12 +231,12 @@ class Exchange(ResponseRelay):
             return  # its bytes wait for the 101
         parts = [self.head_bytes]
         if req.body:
-            for chunk in req.take_body():
-                self.body_written += len(chunk)
+            for piece in req.take_body():
+                self.body_written += len(piece)
                 if head.chunked:
-                    parts += (chunk_size_line(len(chunk)), chunk, CRLF)
+                    parts += chunk(piece)
                 else:
-                    parts.append(chunk)
+                    parts.append(piece)
         if req.complete and head.chunked:
             parts.append(LAST_CHUNK)
         if len(parts) == 1:
@@ -283,7 +283,7 @@ class Exchange(ResponseRelay):
         transport = self.conn.transport  # type: ignore[union-attr]
         self.body_written += len(data)
         if self.req.head.chunked:  # type: ignore[union-attr]
-            transport.writelines((chunk_size_line(len(data)), data, CRLF))
+            transport.writelines(chunk(data))
         else:
             transport.write(data)
 

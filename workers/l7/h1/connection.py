@@ -29,9 +29,11 @@ from sentin8.http.headers import Header
 from workers.upstream import UpstreamConn
 
 from ... import deadline
+from ...unread import peer_spoke
 from ..contract import L7Context
 from ..downstream import NO_FACTS, ConnectionFacts
 from ..exchange import Exchange
+from ..linger import LINGER_BYTES, LINGER_S
 from ..request import Request
 from . import flow
 from .reader import RequestReader
@@ -64,6 +66,8 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         self._raw_head_cap = 2 * cfg.policy.max_header_bytes + 16384
         self._header_timeout = cfg.limits.header_timeout_s
         self._idle_timeout = cfg.limits.idle_timeout_s
+        self._linger_timer: asyncio.TimerHandle | None = None
+        self._lingered = 0  # bytes read and dropped since the lingering close began
         self._body_cap = cfg.limits.max_request_body_bytes
         self._chunk_size = None  # a view of the parser's chunk size (reader.py), made at the first chunk
         self.transport: asyncio.Transport | None = None
@@ -82,6 +86,7 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         self._draining = False
         self._drain_grace = min(cfg.fleet.drain_idle_grace_s, cfg.fleet.drain_timeout_s)
         self._drain_timer: asyncio.TimerHandle | None = None
+        self._idle_since = loop.time()  # when the connection last became idle (the drain grace counts from it)
         self._send_timeout = cfg.limits.send_timeout_s
         self._send_timer: asyncio.TimerHandle | None = None  # armed while the client's write buffer is full
         self._head_raw = 0
@@ -131,11 +136,15 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         self.ctx.count("l7_connections_h1")
         # The first head must arrive within the header deadline too (a silent connection is a slowloris).
         self._deadline.arm(deadline.HEADER, self._header_timeout)
+        self._idle_since = self.loop.time()
         if self._draining:  # the handshake finished in a draining worker: answer, with Connection: close
             self._arm_drain_grace()
 
     def data_received(self, data: bytes) -> None:
-        if self._closing:
+        if self._closing:  # lingering (or closed): dropped, within a bound
+            self._lingered += len(data)
+            if self._lingered > LINGER_BYTES and self.transport is not None:
+                self.transport.close()
             return
         if self._tunnel is not None:
             self._tunnel.client_data(data)
@@ -200,10 +209,10 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         self._closing = True
         self._read.transport = None
         self._deadline.stop()
-        for timer in (self._drain_timer, self._send_timer):
+        for timer in (self._drain_timer, self._linger_timer, self._send_timer):
             if timer is not None:
                 timer.cancel()
-        self._drain_timer = self._send_timer = None
+        self._drain_timer = self._linger_timer = self._send_timer = None
         ex, self._ex = self._ex, None
         self._tunnel = None
         if ex is not None:
@@ -236,8 +245,11 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
     # -- the worker's ----------------------------------------------------------------------------------
     def begin_drain(self) -> None:
         """Worker drain: every response from now on says Connection: close and ends the connection. An idle
-        keep-alive connection is kept for the drain grace, so a request already on its way is answered
-        instead of racing the close (HAProxy's idle-close-on-response); still idle then, it is closed.
+        keep-alive connection is kept until it has been idle for a whole drain grace, so a request already
+        on its way is answered instead of racing the close (HAProxy's idle-close-on-response); only then,
+        with nothing unread in its socket, is it closed. HTTP/1.1 has no GOAWAY: a client that sends just
+        as that close leaves has sent on a connection idle for the grace, the one race left, which RFC 9112
+        §9.3.1 lets it retry (the close came before any byte of a response).
         May run before ``connection_made`` (a handshake completing in a draining worker): the grace then
         starts when the connection is made."""
         self._draining = True
@@ -250,9 +262,22 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
 
     def _drain_grace_over(self) -> None:
         self._drain_timer = None
-        if not self._closing and self.idle:
-            self.ctx.count("drain_idle_closed")
-            self._close()
+        if self._closing or not self.idle:
+            return  # busy: its response says Connection: close (or, promised keep-alive before, re-arms)
+        idle_for = self.loop.time() - self._idle_since
+        if idle_for < self._drain_grace:
+            # idle only since a response that ended during the grace: its client gets a whole grace too
+            self._drain_timer = self.loop.call_later(self._drain_grace - idle_for, self._drain_grace_over)
+            return
+        if self.transport is not None and peer_spoke(self.transport):
+            # The client's next bytes are in the socket, unread: the loop runs expired timers before it
+            # polls, so a busy loop meets the grace's end first. Read them; look again after a grace.
+            self.ctx.count("drain_idle_spoke")
+            self._idle_since = self.loop.time()
+            self._arm_drain_grace()
+            return
+        self.ctx.count("drain_idle_closed")
+        self._close()
 
     # -- request bookkeeping ---------------------------------------------------------------------------
     def _enqueue(self, req: Request) -> None:
@@ -318,6 +343,7 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
         elif self._req is not None:
             self._deadline.arm(deadline.HEADER, self._header_timeout)
         else:
+            self._idle_since = self.loop.time()
             self._deadline.arm(deadline.IDLE, self._idle_timeout)
 
     def open_tunnel(self, ex: Exchange, conn: UpstreamConn, reason: bytes, headers: list[Header], first: bytes) -> None:
@@ -406,12 +432,31 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
             self.transport.abort()
 
     def _close(self) -> None:
-        if not self._closing:
-            self._closing = True
-            self._read.transport = None
-            self._deadline.stop()
-            if self.transport is not None:
-                self.transport.close()
+        """The graceful close, lingering (``../linger.py``): our FIN (after the response, and close_notify over
+        TLS) goes first, and reading goes on, dropping what the client still sends (``data_received`` while
+        closing), until its FIN, ``LINGER_S`` or ``LINGER_BYTES``. Closed at once, a socket with unread bytes
+        (a request sent before ours said close, the rest of a refused body) answers with a reset, and a reset
+        may destroy the response in the client's buffers before it reads it (RFC 9112 §9.6)."""
+        if self._closing:
+            return
+        self._closing = True
+        self._read.transport = None
+        self._deadline.stop()
+        if self._ex is None:
+            while self._queue:  # pipelined requests after the one that closed it: never answered now
+                self._end_request(self._queue.popleft())
+        transport = self.transport
+        if transport is None:
+            return
+        if self._eof or not transport.can_write_eof():
+            transport.close()  # the client's FIN came already: nothing more can arrive to linger for
+            return
+        transport.write_eof()
+        self._linger_timer = self.loop.call_later(LINGER_S, transport.close)
+        try:
+            transport.resume_reading()  # drop what comes, whatever had paused reading
+        except (AttributeError, RuntimeError):
+            pass
 
     def _abort(self) -> None:
         if self.transport is not None and not self.transport.is_closing():

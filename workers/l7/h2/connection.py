@@ -48,14 +48,13 @@ from ... import deadline
 from ..contract import L7Context
 from ..downstream import NO_FACTS, ConnectionFacts
 from ..exchange import Exchange
+from ..linger import LINGER_BYTES, LINGER_S
 from ..request import Request
 from .send_deadline import SendDeadlines
 from .stream import WRITE_HIGH, H2Stream
 
 log = logging.getLogger("sentin8.l7")
 
-LINGER_S = 2.0  # after our last bytes and FIN, how long the client's bytes are still read (and discarded)
-LINGER_BYTES = 1 << 20  # ... and how many: past either, the connection is closed
 
 
 class H2Bridge(asyncio.Protocol):

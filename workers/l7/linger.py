@@ -1,0 +1,13 @@
+"""The lingering close's bounds, one for both client shells (``h1/connection.py``, ``h2/connection.py``).
+
+Closing a client connection, the proxy sends its last bytes, close_notify and FIN (``write_eof``), then keeps
+reading and discards what the client still sends, until the client's FIN, ``LINGER_S`` or ``LINGER_BYTES``
+(nginx's ``lingering_close``). Closed at once, a socket with unread bytes in the kernel (a request sent
+before ours said close, the rest of a refused body, frames after a GOAWAY) answers with a TCP reset, and the
+reset may destroy what the client has not read yet: the response, the GOAWAY (RFC 9112 §9.6).
+"""
+
+from __future__ import annotations
+
+LINGER_S = 2.0  # after our last bytes and FIN, how long the client's bytes are still read (and discarded)
+LINGER_BYTES = 1 << 20  # ... and how many: past either, the connection is closed
