@@ -112,7 +112,7 @@ class LimitSyncer:
                 return
             await self.beat()
             self.global_ = True
-            self.book.new_epoch()
+            self.book.new_epoch(self.buckets.counts())  # the outage's admissions were judged locally
             self.last_ok = now
             self.status.enter_global()
             event("cluster_limiter", limiter="global", hosts_seen=self.hosts, node_id=self.node_id)

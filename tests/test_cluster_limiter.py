@@ -19,7 +19,7 @@ from sentin8.cluster.sync_book import SyncBook
 from sentin8.config import load_bytes
 from sentin8.shm.cluster import ClusterStatus
 from sentin8.shm.cluster import region_bytes as status_bytes
-from sentin8.shm.ratelimit import BucketTable, moved_region_bytes, region_bytes
+from sentin8.shm.ratelimit import BucketTable, key_hash, moved_region_bytes, region_bytes
 from sentin8.tokenbucket import UNIT
 from supervisor.cluster_sync import LimitSyncer
 
@@ -69,23 +69,38 @@ def test_batches_are_capped():
 
 def test_the_book_sends_what_moved_restarts_on_a_new_key_or_epoch_and_skips_keys_that_do_not_matter():
     book = SyncBook(16)
-    book.new_epoch()
     B = 10.0
     low = 2 * UNIT  # below half the burst: matters
     high = 9 * UNIT
-    # first sight in an epoch: the baseline starts here (what came before was judged by the fallback limit)
+    # the epoch starts with slot 1 at count 5 (admitted before: judged by the fallback limit, never sent)
+    book.new_epoch([Moved(1, 77, low, 5)])
     assert book.plan([Moved(1, 77, low, 5)], 0.0, 20, B, 0.05) == [bucket_merge.Pick(1, 77, 0, 5)]
     book.synced([bucket_merge.Pick(1, 77, 0, 5)], 0.0)
     assert book.plan([Moved(1, 77, low, 8)], 0.05, 20, B, 0.05)[0].sent == 3
+    # a key first seen after the epoch began: all it admitted is new (skipped, its replica would be refilled to
+    # the global level by the write-back and its first requests admitted twice)
+    assert book.plan([Moved(3, 55, low, 1)], 0.05, 20, B, 0.05)[0].sent == 1
     # another key took slot 1: its count started at zero
     assert book.plan([Moved(1, 88, low, 2)], 0.1, 20, B, 0.05)[0].sent == 2
     # a key far from its limit, few unsent, not recently synced: waits (its count is kept for later)
-    book.plan([Moved(2, 99, high, 0)], 0.0, 20, B, 0.05)  # baseline at 0 in this epoch
     assert book.plan([Moved(2, 99, high, 3)], 5.0, 20, B, 0.05) == []
     assert book.plan([Moved(2, 99, high, 5)], 5.0, 20, B, 0.05)[0].sent == 5  # half a burst unsent: now it does
-    # a new epoch: counts from before are not sent
-    book.new_epoch()
+    # a new epoch: counts from before are not sent, later ones are
+    book.new_epoch([Moved(1, 88, low, 50), Moved(2, 99, high, 5)])
     assert book.plan([Moved(1, 88, low, 50)], 9.0, 20, B, 0.05)[0].sent == 0
+    assert book.plan([Moved(1, 88, low, 52)], 9.1, 20, B, 0.05)[0].sent == 2
+
+
+def test_counts_reads_every_occupied_slot_and_leaves_the_queues_alone():
+    t = tracked_table()
+    now = [1_000_000_000]
+    for i in range(3):
+        for _ in range(i + 1):
+            t.decide(f"198.18.0.{i}", lambda: now[0], 10, 5)
+    queued = t.queued()
+    got = sorted((m.key_hash, m.count) for m in t.counts())
+    assert got == sorted((key_hash(f"198.18.0.{i}"), i + 1) for i in range(3))
+    assert t.queued() == queued == 3
 
 
 # ---- the shared-memory side --------------------------------------------------------------------------------
