@@ -211,6 +211,28 @@ def host(url: str, node: str, rate: int, burst: int, slots: int = SLOTS) -> tupl
     return table, LimitSyncer(cfg, table, status(), lambda: cfg.policy)
 
 
+def test_a_key_first_seen_after_the_syncer_went_global_is_sent_and_not_refilled(redis_server):
+    """A key the syncer meets only after it went global (a new client): its first admission reaches Valkey and
+    the write-back leaves its replica empty. (Its count was once taken as the epoch's baseline and not sent: the
+    write-back then refilled the replica to the global level, and the key's next request was admitted too.)"""
+    R, B = 1, 1
+
+    async def main() -> tuple[bool, list[int]]:
+        table, syncer = host(redis_server.url, "a:443", R, B)
+        await syncer.cycle()  # global: the epoch starts with an empty table
+        clock = lambda: int(time.time() * 1e6)  # noqa: E731
+        assert table.decide("198.18.0.9", clock, R, B)[0]
+        await syncer.cycle()
+        again = table.decide("198.18.0.9", clock, R, B)[0]
+        client = redis_server.client()
+        level = int(client.hget(limiter_script.bucket_key("default", key_hash("198.18.0.9")), "l"))
+        return again, [level, syncer.status.snapshot()["keys_synced"]]
+
+    again, (level, synced) = asyncio.run(main())
+    assert synced == 1 and level <= 0  # Valkey took the admission
+    assert not again  # B = 1: the second request is over the limit
+
+
 async def _drive(tables: list[BucketTable], rate_rps: float, seconds: float, key: str, R: int, B: int) -> list[float]:
     """Requests at ``rate_rps`` spread round-robin over ``tables``; the admission times."""
     admitted = []
