@@ -143,7 +143,7 @@ def test_a_rotating_address_flood_keeps_batches_capped_and_the_syncer_bounded(
         # request per address (a key whose first request was not sent would be refilled to the global level by
         # the write-back, and admit its second request too)
         assert flood.twice <= 0.01 * distinct, (flood.twice, distinct)
-        assert distinct >= 2 * SLOTS, f"only {distinct} addresses in {wall:.0f} s: the flood did not outgrow the table"
+        assert distinct >= 1.5 * SLOTS, f"only {distinct} addresses in {wall:.0f} s: the table was not outgrown"
 
         # memory fixed: from the first quarter of the flood on, the resolvers' RSS stays put while the distinct
         # keys go on growing (the ledger and the table are arrays of the table's size; nothing per key)
