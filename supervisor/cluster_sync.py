@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from sentin8.aio_deadline import within
 from sentin8.cluster import bucket_merge, limiter_script
 from sentin8.cluster.sync_book import SyncBook
 from sentin8.config import Config, Policy
@@ -90,7 +91,7 @@ class LimitSyncer:
             self._client = client  # a client handed in (tests) is theirs to close
 
     async def _call(self, script: Any, keys: list[str], args: list[str]) -> Any:
-        return await asyncio.wait_for(script(keys=keys, args=args), self.timeout_s)
+        return await within(script(keys=keys, args=args), self.timeout_s)
 
     async def beat(self) -> None:
         """Say this host is alive; H = the hosts seen within ``HOST_TTL_MS``."""
