@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from sentin8.aio_deadline import within
+from sentin8.aio_deadline import honour_cancel, within
 from sentin8.cluster import bucket_merge, limiter_script
 from sentin8.cluster.sync_book import SyncBook
 from sentin8.config import Config, Policy
@@ -188,6 +188,7 @@ class LimitSyncer:
                     raise
                 except Exception as exc:  # Valkey's errors, timeouts, and any bug: each costs one interval
                     await self.lost(exc)
+                honour_cancel()
                 if loop.time() > due + self.interval_s:  # fell behind: never burst to catch up
                     due = loop.time()
         finally:

@@ -18,7 +18,7 @@ import asyncio
 import os
 from typing import Any
 
-from sentin8.aio_deadline import within
+from sentin8.aio_deadline import honour_cancel, within
 from sentin8.cluster import ticket_state
 from sentin8.cluster.ticket_state import TicketState, UnwrapError
 from sentin8.config import Config
@@ -173,6 +173,7 @@ class TicketSync:
                     raise
                 except Exception as exc:  # Valkey's errors, timeouts: retried
                     await self._lost(exc)
+                honour_cancel()
         finally:
             await self._drop()
 

@@ -1,5 +1,6 @@
-"""``sentin8.aio_deadline.within``: a cancellation that arrives just as the call completes still cancels (Python
-3.11's ``asyncio.wait_for`` returns the result instead, and a syncer being stopped ran on: a resolver test hung)."""
+"""``sentin8.aio_deadline``: a cancellation that arrives just as the call completes still cancels (Python 3.11's
+``asyncio.wait_for`` returns the result instead), and one a library swallowed is honoured at the loop's next round
+(redis-py's async script calls did: a stopped limiter syncer ran on and a test hung)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 
 import pytest
 
-from sentin8.aio_deadline import within
+from sentin8.aio_deadline import honour_cancel, within
 
 
 async def _cancel_as_it_completes(bounded) -> str:
@@ -40,3 +41,29 @@ def test_the_deadline_raises_timeout_error():
 
     with pytest.raises(TimeoutError):
         asyncio.run(main())
+
+
+def test_a_swallowed_cancellation_is_honoured():
+    async def loop_round() -> str:
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            pass  # what a library did
+        honour_cancel()
+        return "ran on"
+
+    async def main() -> str:
+        task = asyncio.create_task(loop_round())
+        await asyncio.sleep(0)
+        task.cancel()
+        try:
+            return await task
+        except asyncio.CancelledError:
+            return "stopped"
+
+    assert asyncio.run(main()) == "stopped"
+
+    async def not_cancelled() -> None:
+        honour_cancel()  # nothing asked: nothing raised
+
+    asyncio.run(not_cancelled())

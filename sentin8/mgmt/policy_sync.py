@@ -16,7 +16,7 @@ import secrets
 from typing import Any
 
 from .. import runtime_policy
-from ..aio_deadline import within
+from ..aio_deadline import honour_cancel, within
 from ..cluster import policy_doc
 from ..config import ValkeyTarget
 from ..eventlog import event
@@ -118,6 +118,7 @@ class PolicySync:
                             event("policy_sync", state="connected")
                         # a notification, or the poll's deadline: reconcile either way
                         await pubsub.get_message(ignore_subscribe_messages=True, timeout=POLL_S)
+                        honour_cancel()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # Valkey unreachable: the local overlay keeps being enforced
