@@ -386,6 +386,13 @@ class Cluster(_Section):
         str,
         doc("environment variable holding the cluster secret: required when enabled, >= 32 bytes, read before fork"),
     ] = "SENTIN8_CLUSTER_SECRET"
+    secret_credential: Annotated[
+        str,
+        doc(
+            "systemd credential holding the cluster secret (LoadCredential=, read from $CREDENTIALS_DIRECTORY);"
+            ' wins over secret_env when present; "" = environment only'
+        ),
+    ] = "sentin8-cluster-secret"
 
 
 class InstanceEntry(_Section):
@@ -678,6 +685,7 @@ def _check_http2(h2: Http2) -> None:
 
 
 _CLUSTER_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+_CREDENTIAL = re.compile(r"(?!\.\.?$)[A-Za-z0-9._@:-]{1,255}")  # a file name in $CREDENTIALS_DIRECTORY
 
 
 def _check_cluster(cfg: Config) -> None:
@@ -692,6 +700,8 @@ def _check_cluster(cfg: Config) -> None:
         raise ConfigError(f"cluster.valkey_url: must be a redis://, rediss:// or unix:// URL, got {cl.valkey_url!r}")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cl.secret_env):
         raise ConfigError(f"cluster.secret_env: not an environment variable name: {cl.secret_env!r}")
+    if cl.secret_credential and not _CREDENTIAL.fullmatch(cl.secret_credential):
+        raise ConfigError(f"cluster.secret_credential: not a systemd credential name: {cl.secret_credential!r}")
 
 
 _NODE = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>[0-9]{1,5})")

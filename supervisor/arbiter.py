@@ -75,7 +75,7 @@ class Arbiter:
         self._status_buf = b""
         self.mgmt_sock: socket.socket | None = None  # bound once here, inherited by every mgmt process
         self.mgmt_secret = b""
-        self.cluster_secret = b""  # cluster.secret_env, checked in _preflight (cluster mode only)
+        self.cluster_secret = b""  # cluster.secret_credential / secret_env, checked in _preflight (cluster mode)
         self.signals: dict[int, Callable[[], None]] = {  # the signal table: what each one asks of the fleet
             signal.SIGCHLD: self._reap,
             signal.SIGTERM: self._on_sigterm,

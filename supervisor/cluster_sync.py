@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from sentin8.aio_deadline import honour_cancel, within
 from sentin8.cluster import bucket_merge, limiter_script
 from sentin8.cluster.sync_book import SyncBook
 from sentin8.config import Config, Policy
@@ -90,7 +91,7 @@ class LimitSyncer:
             self._client = client  # a client handed in (tests) is theirs to close
 
     async def _call(self, script: Any, keys: list[str], args: list[str]) -> Any:
-        return await asyncio.wait_for(script(keys=keys, args=args), self.timeout_s)
+        return await within(script(keys=keys, args=args), self.timeout_s)
 
     async def beat(self) -> None:
         """Say this host is alive; H = the hosts seen within ``HOST_TTL_MS``."""
@@ -112,7 +113,7 @@ class LimitSyncer:
                 return
             await self.beat()
             self.global_ = True
-            self.book.new_epoch()
+            self.book.new_epoch(self.buckets.counts())  # the outage's admissions were judged locally
             self.last_ok = now
             self.status.enter_global()
             event("cluster_limiter", limiter="global", hosts_seen=self.hosts, node_id=self.node_id)
@@ -187,6 +188,7 @@ class LimitSyncer:
                     raise
                 except Exception as exc:  # Valkey's errors, timeouts, and any bug: each costs one interval
                     await self.lost(exc)
+                honour_cancel()
                 if loop.time() > due + self.interval_s:  # fell behind: never burst to catch up
                     due = loop.time()
         finally:

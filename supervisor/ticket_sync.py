@@ -18,6 +18,7 @@ import asyncio
 import os
 from typing import Any
 
+from sentin8.aio_deadline import honour_cancel, within
 from sentin8.cluster import ticket_state
 from sentin8.cluster.ticket_state import TicketState, UnwrapError
 from sentin8.config import Config
@@ -84,14 +85,14 @@ class TicketSync:
         """Read (or create), unwrap, announce when due, install. Raises Valkey's errors (``run`` retries)."""
         client = self._valkey()
         epoch = self.ring.epoch()
-        blob = await asyncio.wait_for(client.get(self.key), self.timeout_s)
+        blob = await within(client.get(self.key), self.timeout_s)
         if blob is None:
             mine = ticket_state.wrap(self.kek, self.cluster_id, self._local_state(epoch))
-            if await asyncio.wait_for(client.set(self.key, mine, nx=True), self.timeout_s):
+            if await within(client.set(self.key, mine, nx=True), self.timeout_s):
                 blob = mine
                 event("cluster_tickets_created", node_id=self.node_id, epoch=epoch)
             else:
-                blob = await asyncio.wait_for(client.get(self.key), self.timeout_s)
+                blob = await within(client.get(self.key), self.timeout_s)
                 if blob is None:
                     return  # deleted between the two: next cycle
         try:
@@ -101,7 +102,7 @@ class TicketSync:
             return
         if ticket_state.too_old(state, epoch):
             fresh = ticket_state.wrap(self.kek, self.cluster_id, self._local_state(epoch))
-            await asyncio.wait_for(self._cas(keys=[self.key], args=[blob, fresh]), self.timeout_s)
+            await within(self._cas(keys=[self.key], args=[blob, fresh]), self.timeout_s)
             return  # the next cycle adopts whichever state won
         if state.epoch == epoch + 1:
             return  # created by a host whose clock just crossed into the next epoch: ours follows in ms
@@ -111,7 +112,7 @@ class TicketSync:
         announced = ticket_state.announce(state, epoch, self.rotation_s, os.urandom(32))
         if announced is not None:
             new = ticket_state.wrap(self.kek, self.cluster_id, announced)
-            if await asyncio.wait_for(self._cas(keys=[self.key], args=[blob, new]), self.timeout_s):
+            if await within(self._cas(keys=[self.key], args=[blob, new]), self.timeout_s):
                 state = announced
                 event("cluster_tickets_reseed_announced", node_id=self.node_id, reseed_epoch=announced.reseed_at)
             else:
@@ -144,7 +145,7 @@ class TicketSync:
     async def first(self) -> None:
         """One attempt before the resolver loads routes: workers then start with the cluster's keys."""
         try:
-            await asyncio.wait_for(self.cycle(), FIRST_TIMEOUT_S)
+            await within(self.cycle(), FIRST_TIMEOUT_S)
         except Exception as exc:
             await self._lost(exc)
 
@@ -172,6 +173,7 @@ class TicketSync:
                     raise
                 except Exception as exc:  # Valkey's errors, timeouts: retried
                     await self._lost(exc)
+                honour_cancel()
         finally:
             await self._drop()
 

@@ -112,3 +112,47 @@ def external_host():
     host = ExternalHost()
     yield host
     host.close()
+
+
+class FloodHost(ExternalHost):
+    """An external host that owns a whole /19 of 198.19.0.0/16 besides its link address: a local route for the
+    prefix in the namespace (any of its 8,192 addresses can be bound without adding each) and a route to it through
+    the veth on this side (it goes with the link). ``connect(port, source=…)`` comes from that address: a
+    rotating-address flood."""
+
+    PREFIX_LEN = 19
+
+    def __init__(self) -> None:
+        super().__init__()
+        for _attempt in range(20):
+            base = (198 << 24) | (19 << 16) | (random.randrange(8) << (32 - self.PREFIX_LEN))
+            self.prefix = f"{socket.inet_ntoa(base.to_bytes(4, 'big'))}/{self.PREFIX_LEN}"
+            if _ip("route", "add", self.prefix, "via", self.client_ip, "dev", self.veth_host).returncode == 0:
+                break  # a prefix no other test host routes now
+        else:
+            self.close()
+            raise RuntimeError("could not route a flood prefix to the test network namespace")
+        self._base = base
+        if _ip("-n", self.ns, "route", "add", "local", self.prefix, "dev", "lo").returncode != 0:
+            self.close()
+            raise RuntimeError(f"could not make {self.prefix} local in {self.ns}")
+
+    def address(self, i: int) -> str:
+        """The ``i``-th address of the prefix (wrapping; never the network or broadcast address)."""
+        size = 1 << (32 - self.PREFIX_LEN)
+        return socket.inet_ntoa((self._base + 1 + i % (size - 2)).to_bytes(4, "big"))
+
+    def connect(self, port: int, host: str | None = None, timeout: float = 10.0, source: str = "") -> socket.socket:
+        s = self.socket()
+        s.settimeout(timeout)
+        if source:
+            s.bind((source, 0))
+        s.connect((host or self.gateway_ip, port))
+        return s
+
+
+@pytest.fixture
+def flood_host():
+    host = FloodHost()
+    yield host
+    host.close()

@@ -79,3 +79,80 @@ def test_run_without_a_usable_secret_exits_2_before_binding(tmp_path, secret):
     assert "cluster.secret_env:" in out.stderr
     with socket.socket() as s:  # nothing bound the port
         s.bind(("127.0.0.1", port))
+
+
+# ---- the secret from a systemd credential (LoadCredential=, $CREDENTIALS_DIRECTORY) -------------------------
+
+CRED = "sentin8-cluster-secret"
+
+
+def test_a_systemd_credential_wins_over_the_environment_and_loses_its_line_ending(tmp_path):
+    cl = load_bytes(b"[cluster]\nenabled = true\n").cluster
+    assert cl.secret_credential == CRED
+    (tmp_path / CRED).write_bytes(b"c" * 40 + b"\n")  # written by echo
+    env = {"CREDENTIALS_DIRECTORY": str(tmp_path), "SENTIN8_CLUSTER_SECRET": "e" * 40}
+    assert load_secret(cl, env) == b"c" * 40
+    (tmp_path / CRED).write_bytes(b"c" * 40 + b"\r\n")
+    assert load_secret(cl, env) == b"c" * 40
+    (tmp_path / CRED).write_bytes(b"c" * 40)
+    assert load_secret(cl, {"CREDENTIALS_DIRECTORY": str(tmp_path)}) == b"c" * 40  # no variable needed
+    # no such credential in this unit: the variable, as without systemd
+    assert load_secret(cl, {**env, "CREDENTIALS_DIRECTORY": str(tmp_path / "none")}) == b"e" * 40
+    assert load_secret(cl, {"SENTIN8_CLUSTER_SECRET": "e" * 40}) == b"e" * 40  # no systemd credentials at all
+    # another name, or credentials off ("")
+    other = load_bytes(b'[cluster]\nsecret_credential = "edge.cluster"\n').cluster
+    (tmp_path / "edge.cluster").write_bytes(b"o" * 32)
+    assert load_secret(other, env) == b"o" * 32
+    off = load_bytes(b'[cluster]\nsecret_credential = ""\n').cluster
+    assert load_secret(off, env) == b"e" * 40
+
+
+def test_credential_errors_name_the_key_and_the_reason(tmp_path):
+    cl = load_bytes(b"[cluster]\nenabled = true\n").cluster
+    env = {"CREDENTIALS_DIRECTORY": str(tmp_path), "SENTIN8_CLUSTER_SECRET": "e" * 40}
+    (tmp_path / CRED).write_bytes(b"short\n")
+    with pytest.raises(ConfigError, match=r"^cluster\.secret_credential: the secret in the credential .* is 5 bytes"):
+        load_secret(cl, env)  # a short credential is an error, not a reason to use the variable
+    (tmp_path / CRED).write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"^cluster\.secret_credential: .* is 0 bytes"):
+        load_secret(cl, env)
+    (tmp_path / CRED).unlink()
+    (tmp_path / CRED).mkdir()  # unreadable as a file
+    with pytest.raises(
+        ConfigError, match=r"^cluster\.secret_credential: cannot read the credential .*: Is a directory"
+    ):
+        load_secret(cl, env)
+    with pytest.raises(
+        ConfigError,
+        match=r"^cluster\.secret_env: environment variable SENTIN8_CLUSTER_SECRET is not set and no credential "
+        r"'sentin8-cluster-secret' in \$CREDENTIALS_DIRECTORY",
+    ):
+        load_secret(cl, {"CREDENTIALS_DIRECTORY": str(tmp_path / "none")})
+    for bad in ("..", "a/b", "has space"):
+        with pytest.raises(ConfigError, match=r"^cluster\.secret_credential: not a systemd credential name"):
+            load_bytes(f'[cluster]\nsecret_credential = "{bad}"\n'.encode())
+
+
+def test_run_with_a_short_credential_exits_2_naming_it_before_binding(tmp_path):
+    port = free_port()
+    path = tmp_path / "cluster.toml"
+    path.write_text(
+        f'[listen]\nhttps = "127.0.0.1:{port}"\nhttp = ""\nmgmt = ""\n[tls]\nstate_dir = "{tmp_path}"\n'
+        "[cluster]\nenabled = true\n"
+    )
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / CRED).write_text("too short\n")
+    env = {**os.environ, "CREDENTIALS_DIRECTORY": str(creds), "SENTIN8_CLUSTER_SECRET": "e" * 40}
+    out = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "run", "--config", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "cluster.secret_credential: the secret in the credential" in out.stderr, out.stderr
+    with socket.socket() as s:  # nothing bound the port
+        s.bind(("127.0.0.1", port))

@@ -52,3 +52,20 @@ def test_unit_stops_after_the_drain_and_never_loops_on_a_config_error():
     stop = int(re.search(r"^TimeoutStopSec=(\d+)$", text, re.M).group(1))
     assert stop > Fleet().drain_timeout_s + QUIT_GRACE_S  # systemd must not SIGKILL a drain in progress
     assert "reload --config" in text and "--wait" in text
+
+
+def test_the_cluster_secret_credential_line_verifies_once_uncommented(analyze, tmp_path):
+    """The unit tells the operator to uncomment one line for cluster mode's secret: as written, it must verify
+    clean and name the credential the config's default expects."""
+    from sentin8.config import Cluster
+
+    text = UNIT.read_text()
+    line = re.search(r"^#(LoadCredential=([^:\n]+):\S+)$", text, re.M)
+    assert line and line.group(2) == Cluster().secret_credential
+    stub = tmp_path / "sentin8-proxy"
+    stub.write_text("#!/bin/sh\nexit 0\n")
+    stub.chmod(0o755)
+    unit = tmp_path / "sentin8-proxy.service"
+    unit.write_text(text.replace(INSTALLED, str(stub)).replace(line.group(0), line.group(1)))
+    out = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and not out.stderr.strip(), out.stderr

@@ -4,11 +4,14 @@ Workers never reset anything: each slot's admitted counter only grows (``shm/rat
 since the last sync is the counter less the value recorded here. The ledger is fixed-size (four arrays of the
 table's slot count), so a rotating-address flood cannot grow the syncer's memory.
 
-Two events restart a slot's baseline instead of producing a count to send:
+Two events restart a slot's baseline:
 - another key took the slot (its counter started at zero when it was installed): everything it counts is new;
-- a new *epoch* (``new_epoch``: the syncer (re)gained Valkey after an outage, or is starting): what was admitted
-  before was judged by the fallback limit already, and sending it would drive every key that was busy during the
-  outage into debt, a storm of 429s when Valkey returns.
+- a new *epoch* (``new_epoch``: the syncer (re)gained Valkey after an outage, or is starting): the baseline of
+  every slot becomes its counter at that instant (``BucketTable.counts``, one pass over the table). What was
+  admitted before was judged by the fallback limit already, and sending it would drive every key that was busy
+  during the outage into debt, a storm of 429s when Valkey returns; what is admitted after is sent, also by a key
+  the syncer first sees after the epoch began (its first requests must reach the global bucket: skipped, the
+  write-back would refill its replica to the global level and admit them twice).
 """
 
 from __future__ import annotations
@@ -24,19 +27,18 @@ class SyncBook:
     def __init__(self, slots: int) -> None:
         self.key_hash = array("Q", bytes(8 * slots))
         self.count = array("Q", bytes(8 * slots))
-        self.epoch_of = array("Q", bytes(8 * slots))
         self.synced_at = array("d", bytes(8 * slots))
-        self.epoch = 0
 
-    def new_epoch(self) -> None:
-        self.epoch += 1
+    def new_epoch(self, table: Iterable[Moved]) -> None:
+        """Every slot's baseline at its counter now (``table``: each occupied slot, as ``BucketTable.counts``
+        reads it); nothing admitted before is sent."""
+        for m in table:
+            s = m.slot
+            self.key_hash[s], self.count[s], self.synced_at[s] = m.key_hash, m.count, 0.0
 
     def unsent(self, m: Moved) -> int:
-        """Admitted on this host since the key's last sync (a restarted baseline is recorded here)."""
+        """Admitted on this host since the key's last sync (or the epoch's start)."""
         s = m.slot
-        if self.epoch_of[s] != self.epoch:
-            self.key_hash[s], self.count[s], self.epoch_of[s], self.synced_at[s] = m.key_hash, m.count, self.epoch, 0.0
-            return 0
         if self.key_hash[s] != m.key_hash:
             self.key_hash[s], self.count[s], self.synced_at[s] = m.key_hash, 0, 0.0
         return max(0, m.count - self.count[s])

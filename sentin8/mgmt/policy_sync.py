@@ -16,6 +16,7 @@ import secrets
 from typing import Any
 
 from .. import runtime_policy
+from ..aio_deadline import honour_cancel, within
 from ..cluster import policy_doc
 from ..config import ValkeyTarget
 from ..eventlog import event
@@ -63,7 +64,7 @@ class PolicySync:
     async def _push(self) -> None:
         overlay = self.admin.overlay()
         self._valkey()
-        v, lineage = await asyncio.wait_for(
+        v, lineage = await within(
             self._publish(
                 keys=[self.key, self.channel],
                 args=[runtime_policy.encode(overlay), self.node_id, secrets.token_hex(8)],
@@ -82,7 +83,7 @@ class PolicySync:
             if self.admin.unshared:
                 await self._push()
                 return
-            fields = await asyncio.wait_for(self._valkey().hgetall(self.key), PUSH_TIMEOUT_S)
+            fields = await within(self._valkey().hgetall(self.key), PUSH_TIMEOUT_S)
             remote = policy_doc.parse(fields)
             local = self.admin.version
             if policy_doc.adopt(local, remote):
@@ -109,7 +110,7 @@ class PolicySync:
                 pubsub = None
                 try:
                     pubsub = self._valkey().pubsub()
-                    await asyncio.wait_for(pubsub.subscribe(self.channel), PUSH_TIMEOUT_S)
+                    await within(pubsub.subscribe(self.channel), PUSH_TIMEOUT_S)
                     while True:
                         await self.reconcile()
                         if not self.reachable:
@@ -117,6 +118,7 @@ class PolicySync:
                             event("policy_sync", state="connected")
                         # a notification, or the poll's deadline: reconcile either way
                         await pubsub.get_message(ignore_subscribe_messages=True, timeout=POLL_S)
+                        honour_cancel()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # Valkey unreachable: the local overlay keeps being enforced

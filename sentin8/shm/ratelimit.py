@@ -141,6 +141,22 @@ class BucketTable:
             return 0
         return sum(q[2 * st] - q[2 * st + 1] for st in range(STRIPES))
 
+    def counts(self) -> list[Moved]:
+        """Every occupied slot with its admitted count (queued or not, left as it is): the syncer's baselines at
+        the start of an epoch. One pass over the table, one lock per stripe."""
+        out: list[Moved] = []
+        w, s, per = self._w, self._s, self.per_stripe
+        for stripe in range(STRIPES):
+            fcntl.lockf(self.lock_fd, fcntl.LOCK_EX, 1, stripe)
+            try:
+                for slot in range(stripe * per, (stripe + 1) * per):
+                    i = slot * WORDS
+                    if w[i]:
+                        out.append(Moved(slot, w[i], s[i + 1], w[i + 3] & COUNT))
+            finally:
+                fcntl.lockf(self.lock_fd, fcntl.LOCK_UN, 1, stripe)
+        return out
+
     def pop_moved(self, limit: int, first_stripe: int = 0) -> list[Moved]:
         """Up to ``limit`` slots that admitted since they were last popped, stripes taken in turn from
         ``first_stripe`` (rotate it: a flood in one stripe must not starve the others); what is left stays
