@@ -403,6 +403,8 @@ class Bench:
         out = []
         direct = self._direct(sc)
         for name in sc.peers:
+            if self.a.peers and name not in self.a.peers.split(","):
+                continue
             if name == "direct":
                 if direct is not None:
                     out.append(("direct", *direct))
@@ -603,6 +605,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--conn-concurrency", type=int, default=32, help="loops per process, new-connection scenario")
     ap.add_argument("--idle-conns", type=int, default=10_000, help="idle connections of the memory scenarios")
     ap.add_argument("--only", default="", help="comma-separated scenario keys (default: all)")
+    ap.add_argument("--peers", default="", help="comma-separated peers to measure (default: every peer)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the report goes (default bench/results)")
     ap.add_argument(
         "--quick",

@@ -287,6 +287,13 @@ class Http2(_Section):
     enabled: Annotated[
         bool, doc("serve HTTP/2 to external clients that offer it (docs/http2.md); false = HTTP/1.1 only")
     ] = True
+    max_requests: Annotated[
+        int,
+        doc(
+            "streams served on one connection, then GOAWAY NO_ERROR and the client reconnects (nginx's "
+            "keepalive_requests, also 1000 by default)"
+        ),
+    ] = 1000
 
 
 class Log(_Section):
@@ -516,6 +523,8 @@ def _check(cfg: Config) -> None:
         raise ConfigError(
             f"tls.ticket_key_rotation_s: must be within 60..604800, got {cfg.tls.ticket_key_rotation_s:g}"
         )
+    if cfg.http2.max_requests < 1:
+        raise ConfigError(f"http2.max_requests: must be >= 1, got {cfg.http2.max_requests}")
     if cfg.fleet.workers < 0:
         raise ConfigError(f"fleet.workers: must be >= 0 (0 = one per CPU), got {cfg.fleet.workers}")
     if not 517 <= cfg.limits.peek_max_bytes <= 65536:

@@ -77,7 +77,7 @@ class H2Bridge(asyncio.Protocol):
         self._header_timer: asyncio.TimerHandle | None = None  # armed while a header block is open
         self._drain_grace = min(cfg.fleet.drain_idle_grace_s, cfg.fleet.drain_timeout_s)
         self.engine = ServerConnection(H2Limits.from_policy(cfg.policy.max_header_bytes, cfg.policy.max_headers))
-        self.budget = StreamBudget()
+        self.budget = StreamBudget(max_streams=cfg.http2.max_requests)
         self.facts: ConnectionFacts = NO_FACTS
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, H2Stream] = {}
