@@ -1,7 +1,7 @@
 """The kernel share of one L7 keep-alive request: syscalls by kind, context switches and CPU per request of
 sentin8's and nginx's workers under the same wrk load (issue 18, item 2). Not part of ``python -m bench``.
 
-    sudo .venv/bin/python -m bench.kernel_share [--duration 5] [--repeat 3] [--conns 64]
+    sudo .venv/bin/python -m bench.kernel_share [--duration 5] [--repeat 3] [--conns 64] [--h2]
 
 The same peers as ``python -m bench`` (``bench/stack.py``: 2 pinned workers each, PQ TLS, the backend nginx
 over plain HTTP keep-alive), the same ``wrk -t2 -c64`` GET / from the PQ toolchain. While wrk runs,
@@ -49,10 +49,18 @@ def _switches(pids: list[int]) -> tuple[int, int]:
     return vol, inv
 
 
-def measure(tc: toolchain.Toolchain, port: int, workers: list[int], conns: int, duration: float) -> dict:
-    """One wrk run against ``port`` with perf counting on ``workers``: per-request figures."""
+def _load(tc: toolchain.Toolchain, url: str, conns: int, duration: float, h2: bool):
+    if h2:  # the bench's l7_h2_m10: 16 connections x 10 streams
+        return loadtools.h2load_streams(tc, url, 16, 10, duration)
+    return loadtools.wrk(tc, url, conns, duration)
+
+
+def measure(
+    tc: toolchain.Toolchain, port: int, workers: list[int], conns: int, duration: float, h2: bool = False
+) -> dict:
+    """One wrk (or h2load -m10) run against ``port`` with perf counting on ``workers``: per-request figures."""
     url = f"https://bench.test:{port}/"
-    loadtools.wrk(tc, url, conns, 1.0)  # warm: handshakes done, buffers grown
+    _load(tc, url, conns, 1.0, h2)  # warm: handshakes done, buffers grown
     perf = subprocess.Popen(
         ["perf", "stat", "-x", ",", "-e", ",".join(EVENTS), "-p", ",".join(map(str, workers))],
         stderr=subprocess.PIPE,
@@ -60,12 +68,12 @@ def measure(tc: toolchain.Toolchain, port: int, workers: list[int], conns: int, 
     )
     time.sleep(0.3)  # perf attached
     c0, s0 = procs.cpu_seconds(workers), _switches(workers)
-    sample = loadtools.wrk(tc, url, conns, duration)
+    sample = _load(tc, url, conns, duration, h2)
     c1, s1 = procs.cpu_seconds(workers), _switches(workers)
     perf.send_signal(signal.SIGINT)
     _, err = perf.communicate(timeout=30)
     if sample.value is None or not sample.count:
-        raise RuntimeError(f"wrk failed: {sample.error}")
+        raise RuntimeError(f"load failed: {sample.error}")
     n = sample.count
     counts: dict[str, float] = {}
     for line in err.splitlines():
@@ -89,6 +97,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--conns", type=int, default=64)
     ap.add_argument("--peers", default="sentin8,nginx")
+    ap.add_argument("--h2", action="store_true", help="h2load -c16 -m10 over HTTP/2 instead of wrk")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sentin8-kshare-"))
     tc = toolchain.ensure(work, log=sys.stderr)
@@ -108,7 +117,7 @@ def main() -> None:
             order = list(peers)[rep % len(peers) :] + list(peers)[: rep % len(peers)]
             for name in order:
                 p = peers[name]
-                r = measure(tc, p.l7_port, p.worker_pids(), a.conns, a.duration)
+                r = measure(tc, p.l7_port, p.worker_pids(), a.conns, a.duration, a.h2)
                 rows[name].append(r)
                 total = r.get("raw_syscalls:sys_enter", 0)
                 line = f"{name:8} {r['req_s']:8.0f} req/s  {r['cpu_us']:6.1f} CPU-µs/req  syscalls {total:.2f}/req"
