@@ -56,7 +56,13 @@ def _load(tc: toolchain.Toolchain, url: str, conns: int, duration: float, h2: bo
 
 
 def measure(
-    tc: toolchain.Toolchain, port: int, workers: list[int], conns: int, duration: float, h2: bool = False
+    tc: toolchain.Toolchain,
+    port: int,
+    workers: list[int],
+    conns: int,
+    duration: float,
+    h2: bool = False,
+    record: str = "",
 ) -> dict:
     """One wrk (or h2load -m10) run against ``port`` with perf counting on ``workers``: per-request figures."""
     url = f"https://bench.test:{port}/"
@@ -66,12 +72,19 @@ def measure(
         stderr=subprocess.PIPE,
         text=True,
     )
+    rec = None
+    if record:  # where the kernel time goes: cpu-clock samples with call chains, kernel and user
+        argv = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-g", "-o", record]
+        rec = subprocess.Popen([*argv, "-p", ",".join(map(str, workers))], stderr=subprocess.DEVNULL)
     time.sleep(0.3)  # perf attached
-    c0, s0 = procs.cpu_seconds(workers), _switches(workers)
+    c0, s0 = procs.cpu_split(workers), _switches(workers)
     sample = _load(tc, url, conns, duration, h2)
-    c1, s1 = procs.cpu_seconds(workers), _switches(workers)
+    c1, s1 = procs.cpu_split(workers), _switches(workers)
     perf.send_signal(signal.SIGINT)
     _, err = perf.communicate(timeout=30)
+    if rec is not None:
+        rec.send_signal(signal.SIGINT)
+        rec.wait(60)
     if sample.value is None or not sample.count:
         raise RuntimeError(f"load failed: {sample.error}")
     n = sample.count
@@ -83,7 +96,10 @@ def measure(
     return {
         "req_s": sample.value,
         "requests": n,
-        "cpu_us": (c1 - c0) / n * 1e6,
+        "cpu_us": (c1[0] + c1[1] - c0[0] - c0[1]) / n * 1e6,
+        "user_us": (c1[0] - c0[0]) / n * 1e6,
+        "kernel_us": (c1[1] - c0[1]) / n * 1e6,
+        "minor_faults": (c1[2] - c0[2]) / n,
         "voluntary": (s1[0] - s0[0]) / n,
         "involuntary": (s1[1] - s0[1]) / n,
         "errors": sample.errors,
@@ -97,6 +113,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--conns", type=int, default=64)
     ap.add_argument("--peers", default="sentin8,nginx")
+    ap.add_argument("--record", default="", help="perf record the first repeat of each peer: <prefix>-<peer>.data")
     ap.add_argument("--h2", action="store_true", help="h2load -c16 -m10 over HTTP/2 instead of wrk")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sentin8-kshare-"))
@@ -104,7 +121,8 @@ def main() -> None:
     cert = certs.write_mldsa65(work / "cert", ["bench.test", "*.bench.test"])
     nofile = stack.rlimit_nofile()
     backend = stack.start_backend_nginx(tc, work, cert, nofile)
-    routes = stack.Routes({}, backend.extra["http"], backend.extra["tls"], 0, 0)
+    http = backend.extra["http"]
+    routes = stack.Routes({}, http, backend.extra["tls"], http, http)  # no WebSocket here: any valid port
     peers: dict[str, stack.Peer] = {}
     try:
         for name in a.peers.split(","):
@@ -117,13 +135,14 @@ def main() -> None:
             order = list(peers)[rep % len(peers) :] + list(peers)[: rep % len(peers)]
             for name in order:
                 p = peers[name]
-                r = measure(tc, p.l7_port, p.worker_pids(), a.conns, a.duration, a.h2)
+                record = f"{a.record}-{name}.data" if a.record and rep == 0 else ""
+                r = measure(tc, p.l7_port, p.worker_pids(), a.conns, a.duration, a.h2, record)
                 rows[name].append(r)
                 total = r.get("raw_syscalls:sys_enter", 0)
                 line = f"{name:8} {r['req_s']:8.0f} req/s  {r['cpu_us']:6.1f} CPU-µs/req  syscalls {total:.2f}/req"
                 print(line, file=sys.stderr, flush=True)
-        keys = ["req_s", "cpu_us", "raw_syscalls:sys_enter", *SYSCALLS, "context-switches", "voluntary",
-                "involuntary", "errors"]  # fmt: skip
+        keys = ["req_s", "cpu_us", "user_us", "kernel_us", "minor_faults", "raw_syscalls:sys_enter", *SYSCALLS,
+                "context-switches", "voluntary", "involuntary", "errors"]  # fmt: skip
         print("| per request | " + " | ".join(peers) + " |")
         print("|---|" + "---|" * len(peers))
         for k in keys:

@@ -192,7 +192,12 @@ class HTTPBackend:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            # socketserver's default listen backlog is 5: 100 h2 streams opening 100 upstream connections at
+            # once overflowed it, and the dropped SYNs came back after 1, 3, 7, 15 s of retransmission
+            request_queue_size = 1024
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         if tls is not None:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
