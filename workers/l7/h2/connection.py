@@ -380,8 +380,8 @@ class H2Bridge(asyncio.Protocol):
     # -- writes, drain, close -------------------------------------------------------------------------
     def flush_soon(self) -> None:
         """What the streams queued leaves at the end of this loop turn, in one write: the responses of every
-        upstream read in one turn share one TLS record and one send (nginx writes once per event-loop
-        iteration too), where a flush per response cost a record, a send and a client wake-up each."""
+        upstream read in one turn share one TLS record and one send, where a flush per response cost a
+        record, a send and a client wake-up each (bench/README.md, "The kernel share")."""
         if not self._flush_soon:
             self._flush_soon = True
             self.loop.call_soon(self._flush_now)
