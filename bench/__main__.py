@@ -38,7 +38,8 @@ def log(msg: str) -> None:
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
-H2_SCENARIOS = ("l7_h2_m10", "l7_h2_m100", "page_h2", "page_h1")  # issue 17: HTTP/2 at the edge vs nginx, HAProxy
+# issue 17: HTTP/2 at the edge vs nginx, HAProxy
+H2_SCENARIOS = ("l7_h2_m10", "l7_h2_m100", "page_h2", "page_h1", "latency_h2")
 
 
 def scenarios(a: argparse.Namespace) -> list[Scenario]:
@@ -153,6 +154,17 @@ def scenarios(a: argparse.Namespace) -> list[Scenario]:
             "to its full response, from h2load's per-request log); the ratio is on p99",
         ),
         Scenario(
+            "latency_h2",
+            f"L7 h2 latency at {a.rate:,} req/s (p50 / p99 / p99.9)",
+            "ms",
+            False,
+            "CPU-µs/req",
+            1e6,
+            l7,
+            f"the same over HTTP/2 (ALPN h2): h2load --rps, {a.latency_conns} connections, one stream at a time "
+            f"each, paced at {a.rate // a.latency_conns} req/s for {a.latency_duration:g} s; the ratio is on p99",
+        ),
+        Scenario(
             "handshakes",
             "L7 full PQ handshakes",
             "hs/s",
@@ -224,6 +236,17 @@ def scenarios(a: argparse.Namespace) -> list[Scenario]:
             ("sentin8", "nginx", "haproxy"),
             "the same with N PQ TLS connections that each made one keep-alive GET and then idle (a "
             "multiplexed pyOpenSSL client, 128 full handshakes in flight)",
+        ),
+        Scenario(
+            "mem_h2",
+            "Memory, idle h2 conns",
+            "KiB/conn",
+            False,
+            "",
+            1.0,
+            ("sentin8", "nginx", "haproxy"),
+            "the same over HTTP/2: each connection offers only ALPN h2, ACKs the server's SETTINGS, makes one "
+            "GET on stream 1 and then idles",
         ),
     ]
 
@@ -380,11 +403,14 @@ class Bench:
         out = []
         direct = self._direct(sc)
         for name in sc.peers:
+            if self.a.peers and name not in self.a.peers.split(","):
+                continue
             if name == "direct":
                 if direct is not None:
                     out.append(("direct", *direct))
                 continue
-            l7 = sc.key in (*H2_SCENARIOS, "l7_wrk", "l7_h2load", "latency", "handshakes", "resumed", "ws_l7", "mem_l7")
+            l7 = sc.key in (*H2_SCENARIOS, "l7_wrk", "l7_h2load", "latency", "handshakes", "resumed", "ws_l7")
+            l7 = l7 or sc.key in ("mem_l7", "mem_h2")
             peer = (self.l7 if l7 else self.peers).get(name)
             if peer is None:
                 self.skip(sc, name, self.start_errors.get(name, "not started"))
@@ -447,9 +473,9 @@ class Bench:
             return lambda: loadtools.h2load_streams(tc, url, 16, 10 if k == "l7_h2_m10" else 100, a.duration)
         if k in ("page_h2", "page_h1"):
             return lambda: loadtools.page_loads(tc, url, 20, k == "page_h2", a.duration)
-        if k == "latency":
+        if k in ("latency", "latency_h2"):
             return lambda: loadtools.h2load_latency(
-                tc, url, a.rate, a.latency_conns, a.latency_duration, self.work / f"latency-{peer}.log"
+                tc, url, a.rate, a.latency_conns, a.latency_duration, self.work / f"{k}-{peer}.log", h2=k != "latency"
             )
         if k == "handshakes":
             return lambda: loadtools.h2load_handshakes(tc, url, a.handshakes)
@@ -461,11 +487,11 @@ class Bench:
             return lambda: clients.ws_echo(port, "ws.bench.test", True, a.duration)
         if k == "mem_l4":
             return lambda: self.memory(peer, l7=False)
-        if k == "mem_l7":
-            return lambda: self.memory(peer, l7=True)
+        if k in ("mem_l7", "mem_h2"):
+            return lambda: self.memory(peer, l7=True, h2=k == "mem_h2")
         raise ValueError(k)
 
-    def memory(self, name: str, l7: bool) -> Sample:
+    def memory(self, name: str, l7: bool, h2: bool = False) -> Sample:
         """RSS of a freshly started peer's workers, idle and then holding N connections.
 
         Fresh, because allocators keep what earlier scenarios (and repeats) grew: against a warm process the
@@ -485,7 +511,7 @@ class Bench:
         idle = procs.rss_bytes(workers)
         t0 = time.monotonic()
         if l7:
-            held, errors = clients.hold_l7(port, "bench.test", n)
+            held, errors = clients.hold_l7(port, "bench.test", n, h2=h2)
             established = len(held)  # each one had its response: the peer holds it
         else:
             held, errors = clients.hold_l4(port, self.hellos["sink"], n)
@@ -509,7 +535,7 @@ class Bench:
             why = f"{errors} of {n} connections not established"
             if not l7 and peer.fleet is not None and "Too many open files" in peer.fleet.output():
                 why += " (EMFILE in the workers' log)"
-            self.cells[("mem_l7" if l7 else "mem_l4", name)].notes.add(why)
+            self.cells[("mem_h2" if h2 else "mem_l7" if l7 else "mem_l4", name)].notes.add(why)
         return Sample(
             (loaded - idle) / established / 1024,
             established,
@@ -579,11 +605,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--conn-concurrency", type=int, default=32, help="loops per process, new-connection scenario")
     ap.add_argument("--idle-conns", type=int, default=10_000, help="idle connections of the memory scenarios")
     ap.add_argument("--only", default="", help="comma-separated scenario keys (default: all)")
+    ap.add_argument("--peers", default="", help="comma-separated peers to measure (default: every peer)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the report goes (default bench/results)")
     ap.add_argument(
         "--quick",
         action="store_true",
         help="a smoke run (~2 min): 1 s, 1 repeat, 2,000 idle connections; writes <date>-quick.md",
+    )
+    ap.add_argument(
+        "--name", default="", help="a suffix for the report's files: --name h2 writes <date>-h2.md/.json/.png"
     )
     ap.add_argument("--keep", action="store_true", help="keep the work dir (configs, logs) for a look afterwards")
     ap.add_argument("--force-chroot", action="store_true", help="use the Debian 13 tree even on a PQ-capable host")
@@ -624,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
 
     date = started.strftime("%Y-%m-%d")
     a.out.mkdir(parents=True, exist_ok=True)
-    stem = date + ("-quick" if a.quick else "")
+    stem = date + (f"-{a.name}" if a.name else "") + ("-quick" if a.quick else "")
     md, png, js = a.out / f"{stem}.md", a.out / f"{stem}.png", a.out / f"{stem}.json"
     tc = b.tc
     build = (

@@ -192,15 +192,19 @@ def hold_l4(port: int, hello: bytes, n: int) -> tuple[list[socket.socket], int]:
     return socks, errors
 
 
-def hold_l7(port: int, sni: str, n: int, window: int = 128, timeout: float = 120.0) -> tuple[list, int]:
+def hold_l7(
+    port: int, sni: str, n: int, window: int = 128, timeout: float = 120.0, h2: bool = False
+) -> tuple[list, int]:
     """``n`` PQ TLS connections that each made one keep-alive GET and then stay idle.
 
     Non-blocking and multiplexed (``window`` handshakes in flight): 10,000 sequential handshakes would take
     the client longer than the server. Every one is a full handshake: resumed connections hold different
-    state in some peers, and how many a peer resumes varies. Returns (connections, errors)."""
+    state in some peers, and how many a peer resumes varies. With ``h2`` the connection offers only ALPN ``h2``
+    and makes its GET as stream 1 (python-hyper's client, which ACKs the server's SETTINGS as a browser does);
+    it is held once that stream has ended. Returns (connections, errors)."""
     from OpenSSL import SSL
 
-    ctx = pqtls.client_context([b"http/1.1"])
+    ctx = pqtls.client_context([b"h2"] if h2 else [b"http/1.1"])
     request = f"GET / HTTP/1.1\r\nHost: {sni}\r\n\r\n".encode()
     sel = selectors.DefaultSelector()
     held: list = []
@@ -221,7 +225,7 @@ def hold_l7(port: int, sni: str, n: int, window: int = 128, timeout: float = 120
         c = SSL.Connection(ctx, s)
         c.set_tlsext_host_name(sni.encode())
         c.set_connect_state()
-        state[s.fileno()] = [s, c, "connect", bytearray()]
+        state[s.fileno()] = [s, c, "connect", _H2Get(sni) if h2 else bytearray()]
         sel.register(s, selectors.EVENT_WRITE)
 
     def step(fd: int) -> None:
@@ -234,9 +238,23 @@ def hold_l7(port: int, sni: str, n: int, window: int = 128, timeout: float = 120
                 st[2] = phase = "handshake"
             if phase == "handshake":
                 c.do_handshake()
-                c.sendall(request)
+                if h2 and c.get_alpn_proto_negotiated() != b"h2":
+                    raise ConnectionError(f"ALPN {c.get_alpn_proto_negotiated()!r}, not h2")
+                c.sendall(buf.start() if h2 else request)
                 st[2] = phase = "response"
-            if phase == "response":
+            if phase == "response" and h2:
+                data = c.recv(65536)
+                while c.pending():  # records already decrypted: the socket will not wake us for them
+                    data += c.recv(65536)
+                done, out = buf.feed(data)
+                if out:
+                    c.sendall(out)
+                if done:
+                    sel.unregister(s)
+                    del state[fd]
+                    held.append((s, c))
+                    return
+            elif phase == "response":
                 buf += c.recv(65536)
                 head, sep, body = bytes(buf).partition(b"\r\n\r\n")
                 if sep:
@@ -275,6 +293,40 @@ def hold_l7(port: int, sni: str, n: int, window: int = 128, timeout: float = 120
         s.close()
     sel.close()
     return held, errors
+
+
+class _H2Get:
+    """One HTTP/2 GET on stream 1 of a client connection: the bytes to send, then whether it has ended."""
+
+    def __init__(self, sni: str) -> None:
+        import h2.config
+        import h2.connection
+
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self.sni = sni
+
+    def start(self) -> bytes:
+        self.conn.initiate_connection()
+        headers = [(":method", "GET"), (":scheme", "https"), (":authority", self.sni), (":path", "/")]
+        self.conn.send_headers(1, headers, end_stream=True)
+        return self.conn.data_to_send()
+
+    def feed(self, data: bytes) -> tuple[bool, bytes]:
+        """(stream 1 ended with a 200, bytes to send back: SETTINGS ACK, WINDOW_UPDATE)"""
+        import h2.events
+
+        if not data:
+            raise ConnectionError("closed before the response ended")
+        ended = False
+        for ev in self.conn.receive_data(data):
+            if isinstance(ev, h2.events.ResponseReceived) and dict(ev.headers).get(b":status") != b"200":
+                raise ConnectionError(f"status {dict(ev.headers).get(b':status')!r}")
+            if isinstance(ev, h2.events.DataReceived):
+                self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            if isinstance(ev, (h2.events.StreamReset, h2.events.ConnectionTerminated)):
+                raise ConnectionError(type(ev).__name__)
+            ended = ended or isinstance(ev, h2.events.StreamEnded)
+        return ended, self.conn.data_to_send()
 
 
 def close_all(held: list) -> None:

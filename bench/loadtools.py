@@ -134,16 +134,17 @@ def _h2load_rate(res: subprocess.CompletedProcess) -> Sample:
 
 
 def h2load_latency(
-    tc: Toolchain, url: str, rate: int, conns: int, duration: float, log: Path, threads: int = 2
+    tc: Toolchain, url: str, rate: int, conns: int, duration: float, log: Path, threads: int = 2, h2: bool = False
 ) -> Sample:
     """Latency at a fixed request rate below saturation: h2load ``--rps`` paces each connection at
     rate/conns requests per second; latencies come from its per-request log (time from the request being
-    sent to the full response). Value: p99 in ms; p50 and p99.9 in the detail."""
+    sent to the full response). Value: p99 in ms; p50 and p99.9 in the detail. ``h2``: over HTTP/2 (ALPN h2,
+    h2load's default of one stream at a time per connection) instead of ``--h1``."""
     log.unlink(missing_ok=True)
     res = tc.run(
         [
             "h2load",
-            "--h1",
+            *(() if h2 else ("--h1",)),
             "--groups",
             GROUPS,
             f"-t{threads}",

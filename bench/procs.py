@@ -45,6 +45,19 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+def cpu_split(pids: list[int]) -> tuple[float, float, int]:
+    """(utime, stime, minor page faults) of ``pids``: user and kernel CPU seconds apart."""
+    user = system = 0.0
+    faults = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError):
+            f = _stat_fields(pid)
+            user += int(f[11]) / _TICK
+            system += int(f[12]) / _TICK
+            faults += int(f[7])
+    return user, system, faults
+
+
 def cpu_seconds_with_reaped(pid: int) -> float:
     """utime + stime + the reaped children's (cutime + cstime) of ``pid`` and every live descendant: all the
     CPU that ``pid``'s family has used, including short-lived tools that already exited."""

@@ -344,7 +344,12 @@ def start_sentin8(work: Path, cert: CertFiles, routes: Routes) -> Peer:
     for kind, body, extra in (
         ("l4", l4_body, ""),
         # loopback must count as external for the L7 path: leave 127.0.0.0/8 out of internal_cidrs
-        ("l7", l7_body, '[network]\ninternal_cidrs = ["10.0.0.0/8"]\n'),
+        # nginx's keepalive_requests is raised for the bench (it caps h2 streams per connection too): so is ours
+        (
+            "l7",
+            l7_body,
+            '[network]\ninternal_cidrs = ["10.0.0.0/8"]\n[http2]\nmax_streams_per_connection = 100000000\n',
+        ),
     ):
         d = work / f"sentin8-{kind}"
         if d.exists():

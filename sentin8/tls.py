@@ -211,24 +211,43 @@ class RecordIO:
         raise SSL.Error("SSL_write failed")
 
     def drain(self) -> bytes:
-        """Everything OpenSSL produced for the peer (b"" when nothing), in one bytes object."""
+        """Everything OpenSSL produced for the peer (b"" when nothing), in one bytes object. After a drain of
+        more than ``_RENEW_ABOVE`` bytes the outgoing BIO is replaced by a fresh one (``_renew_out``)."""
         buf = _scratch()
         n = _lib.BIO_read(self._from, buf, _SCRATCH)
         if n <= 0:
             return b""  # an empty memory BIO: nothing to send
         out = _ffi.buffer(buf, n)[:]
         if n < _SCRATCH:
+            if n > _RENEW_ABOVE:
+                self._renew_out()
             return out
         parts = [out]  # more than one scratch buffer's worth (rare: a big write, a handshake flight)
         while (n := _lib.BIO_read(self._from, buf, _SCRATCH)) > 0:
             parts.append(_ffi.buffer(buf, n)[:])
+        self._renew_out()
         return b"".join(parts)
+
+    def _renew_out(self) -> None:
+        """A fresh, empty outgoing memory BIO in place of the drained one. A memory BIO keeps the largest
+        buffer it ever held (OpenSSL's BUF_MEM only grows): the server's PQ handshake flight (ML-DSA-65
+        certificate and signature, ~10 KB) left ~13 KiB behind in every connection for its whole life,
+        idle or not, a cost nginx (socket BIOs) does not have. ``SSL_set_bio`` with the same read BIO frees
+        the old write BIO (OpenSSL keeps its handshake buffering BIO on top, if one is pushed); pyOpenSSL's
+        own reference follows, so its ``bio_read`` never sees the freed one."""
+        bio = _lib.BIO_new(_lib.BIO_s_mem())
+        if bio == _ffi.NULL:
+            return  # out of memory: keep the old one, which works
+        _lib.SSL_set_bio(self._ssl, self._into, bio)
+        self._from = bio
+        self._conn._from_ssl = bio
 
 
 _lib = SSL._lib
 _ffi = SSL._ffi
 _WANT_READ = SSL._lib.SSL_ERROR_WANT_READ
 _SCRATCH = 65536  # one record is at most 16 KiB of plaintext; output flights can be larger (looped)
+_RENEW_ABOVE = 4096  # a drain above this renews the outgoing BIO: small responses keep theirs (~5 KiB at most)
 _local = threading.local()  # cffi releases the GIL in calls: one scratch buffer per thread, copied out at once
 
 

@@ -1,9 +1,10 @@
 """Quick L7 loop for profiling sentin8 alone: backend nginx + WebSocket echo + the sentin8 L7 fleet.
 
-    .venv/bin/python -m bench.profile.l7 --runs 3 --duration 3 [--pyspy out-prefix] [--what wrk,hs,ws]
+    .venv/bin/python -m bench.profile.l7 --runs 3 --duration 3 [--pyspy out-prefix] [--what wrk,h2,hs,ws]
 
-Prints, per run, wrk req/s and sentin8 CPU-µs per request, h2load full handshakes/s and CPU-ms per handshake,
-and the WebSocket echo median RTT. Needs root (the PQ toolchain chroot), like ``python -m bench``.
+Prints, per run, wrk req/s and sentin8 CPU-µs per request (``h2``: the same over HTTP/2, h2load -c16 -m10),
+h2load full handshakes/s and CPU-ms per handshake, and the WebSocket echo median RTT. Needs root (the PQ
+toolchain chroot), like ``python -m bench``.
 """
 
 from __future__ import annotations
@@ -74,6 +75,14 @@ def main() -> int:
                 first = ""
                 per = cpu / max(1, s.count) * 1e6
                 line.append(f"wrk {s.value or 0:8.0f} req/s {per:6.1f} CPU-us/req err={s.errors}")
+            if "h2" in what:  # h2load over HTTP/2, 16 connections x 10 streams (the bench's l7_h2_m10)
+                spy = _spy(a.pyspy + "-h2", l7.worker_pids()[0]) if first else None
+                c0 = procs.cpu_seconds(pids)
+                s = loadtools.h2load_streams(tc, url, 16, 10, a.duration)
+                cpu = procs.cpu_seconds(pids) - c0
+                _stop(spy)
+                per = cpu / max(1, s.count) * 1e6
+                line.append(f"h2 -m10 {s.value or 0:8.0f} req/s {per:6.1f} CPU-us/req err={s.errors}")
             if "hs" in what:
                 spy = _spy(a.pyspy, l7.worker_pids()[0]) if first else None
                 each0 = {pid: procs.cpu_seconds([pid]) for pid in pids}

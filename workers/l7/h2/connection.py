@@ -93,6 +93,7 @@ class H2Bridge(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._lingered = 0  # bytes read and discarded since the lingering close began
         self.send_deadlines = SendDeadlines(self, loop, cfg.limits.send_timeout_s)
+        self._flush_soon = False  # a flush is scheduled for the end of this loop turn
 
     # -- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -378,7 +379,7 @@ class H2Bridge(asyncio.Protocol):
         """The stream's exchange is over: its place under the cap is free."""
         if self.streams.get(st.sid) is st:
             self._forget(st)
-        self.flush()
+        self.flush_soon()
 
     def _forget(self, st: H2Stream) -> None:
         del self.streams[st.sid]
@@ -403,6 +404,18 @@ class H2Bridge(asyncio.Protocol):
             self.ctx.inflight(-1)
 
     # -- writes, drain, close -------------------------------------------------------------------------
+    def flush_soon(self) -> None:
+        """What the streams queued leaves at the end of this loop turn, in one write: the responses of every
+        upstream read in one turn share one TLS record and one send, where a flush per response cost a
+        record, a send and a client wake-up each (bench/README.md, "The kernel share")."""
+        if not self._flush_soon:
+            self._flush_soon = True
+            self.loop.call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_soon = False
+        self.flush()
+
     def flush(self) -> None:
         engine = self.engine
         transport = self.transport

@@ -157,7 +157,7 @@ class H2Stream:
             self._conn.engine.reset(self.sid, h2_codes.INTERNAL_ERROR)
 
     def flush(self) -> None:
-        self._conn.flush()
+        self._conn.flush_soon()  # one write for all the streams answered in this loop turn
 
     # -- Downstream: the proxy's own answers ---------------------------------------------------------
     def send_continue(self) -> None:

@@ -1,0 +1,162 @@
+"""The kernel share of one L7 keep-alive request: syscalls by kind, context switches and CPU per request of
+sentin8's and nginx's workers under the same wrk load (issue 18, item 2). Not part of ``python -m bench``.
+
+    sudo .venv/bin/python -m bench.kernel_share [--duration 5] [--repeat 3] [--conns 64] [--h2]
+
+The same peers as ``python -m bench`` (``bench/stack.py``: 2 pinned workers each, PQ TLS, the backend nginx
+over plain HTTP keep-alive), the same ``wrk -t2 -c64`` GET / from the PQ toolchain. While wrk runs,
+``perf stat`` counts, over all the workers of one peer (every thread), each syscall's ``sys_enter``
+tracepoint, every syscall (``raw_syscalls:sys_enter``) and the scheduler's context switches; the workers'
+voluntary and involuntary switches (``/proc/<pid>/status``) and utime + stime (``/proc/<pid>/stat``) are read
+before and after. Everything is divided by the requests wrk completed. Tracepoint counting costs a few
+percent, the same for both peers; ``strace -c`` would cost the traced worker ~10 times and change what it does.
+A voluntary context switch is the worker going to sleep in ``epoll_wait`` with nothing to do: one wakeup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import certs, loadtools, procs, stack, toolchain
+
+SYSCALLS = (
+    "read", "recvfrom", "recvmsg", "readv", "write", "sendto", "sendmsg", "writev",
+    "epoll_wait", "epoll_pwait", "epoll_ctl", "futex", "getpid", "ioctl", "close", "accept4", "openat",
+    "clock_gettime", "getsockopt", "setsockopt", "mmap", "munmap", "madvise", "brk",
+)  # fmt: skip
+EVENTS = [f"syscalls:sys_enter_{s}" for s in SYSCALLS] + ["raw_syscalls:sys_enter", "context-switches"]
+
+
+def _switches(pids: list[int]) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of every thread of ``pids``."""
+    vol = inv = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches"):
+                        vol += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches"):
+                        inv += int(line.split()[1])
+    return vol, inv
+
+
+def _load(tc: toolchain.Toolchain, url: str, conns: int, duration: float, h2: bool):
+    if h2:  # the bench's l7_h2_m10: 16 connections x 10 streams
+        return loadtools.h2load_streams(tc, url, 16, 10, duration)
+    return loadtools.wrk(tc, url, conns, duration)
+
+
+def measure(
+    tc: toolchain.Toolchain,
+    port: int,
+    workers: list[int],
+    conns: int,
+    duration: float,
+    h2: bool = False,
+    record: str = "",
+) -> dict:
+    """One wrk (or h2load -m10) run against ``port`` with perf counting on ``workers``: per-request figures."""
+    url = f"https://bench.test:{port}/"
+    _load(tc, url, conns, 1.0, h2)  # warm: handshakes done, buffers grown
+    perf = subprocess.Popen(
+        ["perf", "stat", "-x", ",", "-e", ",".join(EVENTS), "-p", ",".join(map(str, workers))],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    rec = None
+    if record:  # where the kernel time goes: cpu-clock samples with call chains, kernel and user
+        argv = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-g", "-o", record]
+        rec = subprocess.Popen([*argv, "-p", ",".join(map(str, workers))], stderr=subprocess.DEVNULL)
+    time.sleep(0.3)  # perf attached
+    c0, s0 = procs.cpu_split(workers), _switches(workers)
+    sample = _load(tc, url, conns, duration, h2)
+    c1, s1 = procs.cpu_split(workers), _switches(workers)
+    perf.send_signal(signal.SIGINT)
+    _, err = perf.communicate(timeout=30)
+    if rec is not None:
+        rec.send_signal(signal.SIGINT)
+        rec.wait(60)
+    if sample.value is None or not sample.count:
+        raise RuntimeError(f"load failed: {sample.error}")
+    n = sample.count
+    counts: dict[str, float] = {}
+    for line in err.splitlines():
+        parts = line.split(",")
+        if len(parts) > 2 and parts[0].strip().isdigit():
+            counts[parts[2].removeprefix("syscalls:sys_enter_")] = int(parts[0]) / n
+    return {
+        "req_s": sample.value,
+        "requests": n,
+        "cpu_us": (c1[0] + c1[1] - c0[0] - c0[1]) / n * 1e6,
+        "user_us": (c1[0] - c0[0]) / n * 1e6,
+        "kernel_us": (c1[1] - c0[1]) / n * 1e6,
+        "minor_faults": (c1[2] - c0[2]) / n,
+        "voluntary": (s1[0] - s0[0]) / n,
+        "involuntary": (s1[1] - s0[1]) / n,
+        "errors": sample.errors,
+        **counts,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--conns", type=int, default=64)
+    ap.add_argument("--peers", default="sentin8,nginx")
+    ap.add_argument("--record", default="", help="perf record the first repeat of each peer: <prefix>-<peer>.data")
+    ap.add_argument("--h2", action="store_true", help="h2load -c16 -m10 over HTTP/2 instead of wrk")
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="sentin8-kshare-"))
+    tc = toolchain.ensure(work, log=sys.stderr)
+    cert = certs.write_mldsa65(work / "cert", ["bench.test", "*.bench.test"])
+    nofile = stack.rlimit_nofile()
+    backend = stack.start_backend_nginx(tc, work, cert, nofile)
+    http = backend.extra["http"]
+    routes = stack.Routes({}, http, backend.extra["tls"], http, http)  # no WebSocket here: any valid port
+    peers: dict[str, stack.Peer] = {}
+    try:
+        for name in a.peers.split(","):
+            if name == "sentin8":
+                peers[name] = stack.start_sentin8(work, cert, routes).extra["l7"]
+            elif name == "nginx":
+                peers[name] = stack.start_nginx(tc, work, cert, routes, nofile)
+        rows: dict[str, list[dict]] = {n: [] for n in peers}
+        for rep in range(a.repeat):
+            order = list(peers)[rep % len(peers) :] + list(peers)[: rep % len(peers)]
+            for name in order:
+                p = peers[name]
+                record = f"{a.record}-{name}.data" if a.record and rep == 0 else ""
+                r = measure(tc, p.l7_port, p.worker_pids(), a.conns, a.duration, a.h2, record)
+                rows[name].append(r)
+                total = r.get("raw_syscalls:sys_enter", 0)
+                line = f"{name:8} {r['req_s']:8.0f} req/s  {r['cpu_us']:6.1f} CPU-µs/req  syscalls {total:.2f}/req"
+                print(line, file=sys.stderr, flush=True)
+        keys = ["req_s", "cpu_us", "user_us", "kernel_us", "minor_faults", "raw_syscalls:sys_enter", *SYSCALLS,
+                "context-switches", "voluntary", "involuntary", "errors"]  # fmt: skip
+        print("| per request | " + " | ".join(peers) + " |")
+        print("|---|" + "---|" * len(peers))
+        for k in keys:
+            vals = [statistics.median(r.get(k, 0.0) for r in rows[n]) for n in peers]
+            if k not in ("req_s", "cpu_us", "errors") and all(v < 0.005 for v in vals):
+                continue
+            print(f"| {k} | " + " | ".join(f"{v:,.0f}" if v >= 100 else f"{v:.3f}" for v in vals) + " |")
+    finally:
+        for p in peers.values():
+            with contextlib.suppress(Exception):
+                p.stop()
+        with contextlib.suppress(Exception):
+            backend.stop()
+
+
+if __name__ == "__main__":
+    main()
