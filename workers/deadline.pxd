@@ -1,0 +1,5 @@
+# C layout of a connection's deadline (Cython pure-Python mode; deadline.py stays the source).
+cdef class Deadline:
+    cdef public object _handle, _loop, _on_expired
+    cdef public double _at, _handle_at, _horizon
+    cdef public Py_ssize_t kind
