@@ -192,7 +192,12 @@ class HTTPBackend:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            # socketserver's default listen backlog is 5: a proxy opening a hundred upstream connections at
+            # once (h2 streams) overflows it and the kernel's SYN retries (1, 3, 7, 15 s) look like a stall
+            request_queue_size = 512
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         if tls is not None:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
