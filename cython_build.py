@@ -28,6 +28,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
 
@@ -109,6 +110,7 @@ def build() -> int:
             p.unlink()
     exts = [Extension(m, [str(source(m).relative_to(ROOT))]) for m in modules()]
     jobs = str(os.cpu_count() or 1)
+    warnings.filterwarnings("ignore", message=".*tool.setuptools.*")  # pyproject's table, read by setup(): noise
     try:
         ext_modules = cythonize(
             exts,
@@ -142,7 +144,7 @@ def _fallback(reason: str) -> int:
     bar = "!" * 100
     print(
         f"{bar}\nWARNING: cython: {reason}\n"
-        f"WARNING: running PURE PYTHON (the same code, ~2x the CPU per request); nothing else changes\n{bar}",
+        f"WARNING: running PURE PYTHON (the same code, not compiled); nothing else changes\n{bar}",
         file=sys.stderr,
     )
     return 0

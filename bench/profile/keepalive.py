@@ -10,7 +10,10 @@ worker's ``request_done`` and ``inflight`` calls). The proxy runs alone in this 
 (pyOpenSSL on a blocking socket, one connection, sequential GETs) and the backend (a blocking socket answering
 a fixed 200) are forked children, so the figure is the proxy process's CPU time per request (user + system:
 the kernel time of its sends and receives included; the same syscalls in both builds). No peers, no root.
-Prints the build, then the best and the median CPU-µs per request over ``--rounds``. A load test, never a timed test.
+Prints the build, then the median and the best CPU-µs per request over ``--rounds``, and the user-space
+part alone (the kernel's loopback work, done in the sender's context, is most of the rest and most of the
+noise on a shared machine; ``valgrind --tool=callgrind --trace-children=no`` on this command counts the
+user-space instructions, docs/compiled.md). A load test, never a timed test.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -144,9 +148,9 @@ class Proxy:
         self.server = self.loop.run_until_complete(self.loop.create_server(factory, "127.0.0.1", 0))
         self.port = self.server.sockets[0].getsockname()[1]
 
-    def measure(self, control: socket.socket) -> list[float]:
-        """CPU seconds at each of the client's round markers (``s`` start, ``e`` end), until it says ``q``."""
-        marks: list[float] = []
+    def measure(self, control: socket.socket) -> list[tuple[float, float]]:
+        """CPU times at each of the client's round markers (``s`` start, ``e`` end), until it says ``q``."""
+        marks: list[tuple[float, float]] = []
         done = self.loop.create_future()
 
         def on_mark() -> None:
@@ -154,7 +158,8 @@ class Proxy:
                 if b == ord("q"):
                     done.set_result(None)
                 else:
-                    marks.append(time.process_time())
+                    r = resource.getrusage(resource.RUSAGE_SELF)
+                    marks.append((r.ru_utime, r.ru_stime))
 
         self.loop.add_reader(control.fileno(), on_mark)
         self.loop.run_until_complete(done)
@@ -231,11 +236,14 @@ def main() -> int:
     client_proc.wait()
     backend_proc.kill()
     backend_proc.wait()
-    per = [(marks[i + 1] - marks[i]) / a.requests * 1e6 for i in range(0, len(marks), 2)]
+    spans = [(marks[i], marks[i + 1]) for i in range(0, len(marks), 2)]
+    per = [(b[0] + b[1] - a_[0] - a_[1]) / a.requests * 1e6 for a_, b in spans]
+    user = [(b[0] - a_[0]) / a.requests * 1e6 for a_, b in spans]
     what = "plain h1" if a.plain else "PQ TLS h1"
     print(
-        f"{sentin8.BUILD:8} {what}: proxy CPU per keep-alive GET best {min(per):.1f} µs, "
-        f"median {statistics.median(per):.1f} µs ({a.rounds} x {a.requests})",
+        f"{sentin8.BUILD:8} {what}: proxy CPU per keep-alive GET median {statistics.median(per):.1f} µs "
+        f"(best {min(per):.1f}), of it user {statistics.median(user):.1f} µs (best {min(user):.1f}); "
+        f"{a.rounds} x {a.requests}",
         flush=True,
     )
     return 0
