@@ -1,10 +1,11 @@
-"""The mypyc-compiled sans-IO modules against the same modules run as pure Python, call by call.
+"""The Cython-compiled sans-IO modules against the same modules run as pure Python, call by call.
 
     ./dev compile && .venv/bin/python -m bench.native [--rounds 7]
 
 Both builds in one process, on the same inputs: the compiled modules are imported as usual (the extensions
-``mypyc_build.py`` left beside the sources), and each listed ``.py`` (``sentin8.native.MODULES``) is loaded a
-second time from its source file under another name, so the pure one runs the same code. Inputs are what one
+``cython_build.py`` left beside the sources), and each measured ``.py`` (``SANS_IO``, a part of
+``sentin8.native.MODULES``) is loaded a second time from its source file under another name, so the pure one
+runs the same code. The whole request path, compiled against pure, is ``bench.profile.keepalive``. Inputs are what one
 connection and one keep-alive request carry through the hot functions: a real X25519MLKEM768 ClientHello, the
 request head wrk sends, a backend nginx's response head. Prints nanoseconds per call (the best of ``--rounds``)
 and the speed-up, then the per-request and per-connection sums. A load test, never a timed test.
@@ -68,6 +69,16 @@ RESPONSE = [
     (b"Connection", b"keep-alive"),
 ]
 ROUTE = Route(hostname="bench.test", service="web", env_id="env-1", app_id="app-1", org_id="org-1")
+
+
+SANS_IO = (
+    "sentin8.clienthello",
+    "sentin8.netclass",
+    "sentin8.tokenbucket",
+    "sentin8.http.framing",
+    "sentin8.http.headers",
+    "sentin8.http.response",
+)
 
 
 def cases(m: dict[str, ModuleType]) -> dict[str, tuple[str, Callable[[], object]]]:
@@ -151,7 +162,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
     a = ap.parse_args()
-    names = list(native.MODULES)
+    names = list(SANS_IO)
     compiled = {n: importlib.import_module(n) for n in names}
     if native.state() != "compiled" or any(not str(m.__file__).endswith(".so") for m in compiled.values()):
         print("bench.native: the compiled build is not loaded (./dev compile first)", file=sys.stderr)

@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from .shm import counters
 
-    made = outputs(Path(counters.__file__).with_suffix(".py").read_text())
+    made = outputs(Path(counters.__file__).with_name("counters.py").read_text())
     stale = [p for p, text in made.items() if not (root / p).is_file() or (root / p).read_text() != text]
     if "--check" in args:
         for p in stale:

@@ -1,12 +1,13 @@
-"""Which build of the hot sans-IO modules runs: the mypyc-compiled one (``./dev compile``) or the .py files.
+"""Which build of the per-request hot path runs: the Cython-compiled one (``./dev`` builds it) or the .py files.
 
-``MODULES`` is the list ``mypyc_build.py`` compiles, in place: each extension sits beside its ``.py`` and
+``MODULES`` is the list ``cython_build.py`` compiles, in place: each extension sits beside its ``.py`` and
 Python's import system prefers it. ``guard`` runs first thing when ``sentin8`` is imported (``__init__.py``),
 whatever started the process (``./dev``, systemd, pytest): when extensions are present but were built from
-other sources (an edit, or an in-place upgrade, since the last ``./dev compile``), or ``SENTIN8_MYPYC=0`` asks
-for pure Python, a finder placed ahead of the usual ones loads every listed module from its ``.py`` file. So an
+other sources (an edit, or an in-place upgrade, since the last build), or ``SENTIN8_PURE=1`` asks for pure
+Python, a finder placed ahead of the usual ones loads every listed module from its ``.py`` file: all of them,
+never a mix (a compiled module that ``cimport``s another's ``cdef`` class needs that one compiled too). So an
 old extension never shadows new source: a stale build runs pure, and says so once on stderr. Without a build
-the guard costs one ``stat``.
+the guard costs a few ``stat`` calls.
 """
 
 from __future__ import annotations
@@ -19,14 +20,52 @@ import sys
 from pathlib import Path
 
 MODULES = (
+    # sans-IO HTTP: framing, header hygiene, responses, bodies, HTTP/2 mapping and budgets
+    "sentin8.http.acme",
+    "sentin8.http.body",
+    "sentin8.http.framing",
+    "sentin8.http.h1_response",
+    "sentin8.http.h2_blocks",
+    "sentin8.http.h2_budget",
+    "sentin8.http.h2_codes",
+    "sentin8.http.h2_engine",
+    "sentin8.http.h2_events",
+    "sentin8.http.h2_limits",
+    "sentin8.http.h2_request",
+    "sentin8.http.headers",
+    "sentin8.http.llhttp_private",
+    "sentin8.http.response",
+    "sentin8.http.websocket",
+    # per connection and per request outside HTTP: hello parse, classification, limits, accounting, selection
     "sentin8.clienthello",
     "sentin8.netclass",
     "sentin8.tokenbucket",
-    "sentin8.http.framing",
-    "sentin8.http.headers",
-    "sentin8.http.response",
+    "sentin8.refusals",
+    "sentin8.selection",
+    "sentin8.shm.counters",
+    # the L7 edge: the protocol-neutral core, h1 and h2
+    "workers.l7.admission",
+    "workers.l7.contract",
+    "workers.l7.downstream",
+    "workers.l7.exchange",
+    "workers.l7.relay",
+    "workers.l7.request",
+    "workers.l7.state",
+    "workers.l7.waf_wait",
+    "workers.l7.h1.connection",
+    "workers.l7.h1.flow",
+    "workers.l7.h1.reader",
+    "workers.l7.h1.tunnel",
+    "workers.l7.h1.writer",
+    "workers.l7.h2.connection",
+    "workers.l7.h2.stream",
+    # the worker's side of a request: TLS records, the upstream connection, deadlines, the L7 context
+    "workers.deadline",
+    "workers.l7_context",
+    "workers.tls_layer",
+    "workers.tls_transport",
+    "workers.upstream",
 )
-RUNTIME = "sentin8.native__mypyc"  # mypyc's shared library for the group (mypyc_build.py names it)
 ROOT = Path(__file__).resolve().parent.parent  # the tree the package runs from (an editable install: the repo)
 
 
@@ -38,24 +77,38 @@ def extension(module: str, root: Path = ROOT) -> Path:
     return root / (module.replace(".", "/") + importlib.machinery.EXTENSION_SUFFIXES[0])
 
 
+def augmenting(module: str, root: Path = ROOT) -> Path:
+    """The module's ``.pxd`` (C types for its classes and hot functions), when it has one."""
+    return root / (module.replace(".", "/") + ".pxd")
+
+
 def stamp(root: Path = ROOT) -> Path:
-    """``<fingerprint> mypy <version>``, written by a successful build."""
+    """``<fingerprint> cython <version>``, written by a successful build."""
     return root / "sentin8" / "native.stamp"
 
 
 def fingerprint(root: Path = ROOT) -> str:
-    """What a build depends on: the listed sources and the interpreter's ABI (mypy is pinned in pyproject)."""
+    """What a build depends on: the listed sources, their ``.pxd`` files and the interpreter's ABI (Cython is
+    pinned in pyproject)."""
     h = hashlib.sha256(sys.implementation.cache_tag.encode())
     for module in MODULES:
         h.update(module.encode() + b"\0" + source(module, root).read_bytes() + b"\0")
+        pxd = augmenting(module, root)
+        if pxd.exists():
+            h.update(b"pxd\0" + pxd.read_bytes() + b"\0")
     return h.hexdigest()
 
 
 def state(root: Path = ROOT) -> str:
-    """``"pure"`` (no build), ``"compiled"`` (built from these sources) or ``"stale"`` (from other sources)."""
-    if not extension(RUNTIME, root).exists():
-        # a module's extension without the runtime beside it would fail to import: leftovers count as stale
-        return "stale" if any(extension(m, root).exists() for m in MODULES) else "pure"
+    """``"pure"`` (no build), ``"compiled"`` (built from these sources) or ``"stale"`` (from other sources).
+
+    Compiled means every listed module has its extension and the stamp matches: a partial build (an interrupted
+    one, a module added to the list since) is stale, never half-loaded."""
+    built = [extension(m, root).exists() for m in MODULES]
+    if not any(built):
+        return "pure"
+    if not all(built):
+        return "stale"
     try:
         stamped = stamp(root).read_text().split()[:1]
     except OSError:
@@ -72,19 +125,25 @@ class SourceFirst:
         return importlib.util.spec_from_file_location(name, source(name))
 
 
+def pure_requested() -> bool:
+    """``SENTIN8_PURE=1`` in the environment: run the ``.py`` files, compiled build or not (an A/B without
+    rebuilding; ``./dev`` also runs the pure half of the suite this way)."""
+    return os.environ.get("SENTIN8_PURE", "") not in ("", "0")
+
+
 def guard() -> str:
-    """Make a stale build (or ``SENTIN8_MYPYC=0``) run pure; the build that will run: "pure" or "compiled"."""
+    """Make a stale build (or ``SENTIN8_PURE=1``) run pure; the build that will run: "pure" or "compiled"."""
     found = state()
     if found == "pure":
         return "pure"
-    if found == "compiled" and os.environ.get("SENTIN8_MYPYC") != "0":
+    if found == "compiled" and not pure_requested():
         return "compiled"
     if not any(isinstance(f, SourceFirst) for f in sys.meta_path):
         sys.meta_path.insert(0, SourceFirst())
     if found == "stale":
         print(
-            "sentin8: the mypyc-compiled modules were built from other sources: running the pure .py files "
-            "(./dev compile rebuilds them, ./dev pure removes them)",
+            "sentin8: WARNING: the compiled modules were built from other sources: running PURE PYTHON "
+            "(./dev rebuilds them, ./dev pure removes them)",
             file=sys.stderr,
         )
     return "pure"

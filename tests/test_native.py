@@ -1,15 +1,17 @@
-"""The optional mypyc build: the modules that run are the ones ``sentin8.native`` says, never a stale build.
+"""The Cython build: the modules that run are the ones ``sentin8.native`` says, never a stale build.
 
-The suite runs against whichever build is in place: pure Python by default, the compiled extensions after
-``./dev compile`` (docs/compiled.md). These tests pin that every listed module is loaded the one way
-or every one the other, that a build made from other sources (or ``SENTIN8_MYPYC=0``) runs the ``.py`` files,
-and that the compiled modules take the argument types their callers pass.
+The suite runs against whichever build is in place: compiled (what ``./dev test`` builds and CI runs), or pure
+Python (``SENTIN8_PURE=1``, ``./dev pure``, or no compiler). These tests pin that every listed module is loaded
+the one way or every one the other, that a build made from other sources (or ``SENTIN8_PURE=1``) runs the
+``.py`` files, and that the compiled modules take the argument types their callers pass. When ``./dev`` says a
+build is expected (``SENTIN8_EXPECT_COMPILED=1``), a silent fallback to pure Python fails here.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import importlib.util
 import os
 import subprocess
 import sys
@@ -34,6 +36,14 @@ def test_the_hot_modules_are_listed():
         assert native.source(name).is_file(), name
 
 
+@pytest.mark.skipif(os.environ.get("SENTIN8_EXPECT_COMPILED") != "1", reason="no compiled build expected")
+def test_the_compiled_build_is_the_one_running_when_one_was_built():
+    # ./dev sets SENTIN8_EXPECT_COMPILED=1 after a successful build: the hot path must then really run compiled
+    assert COMPILED, f"a build was made but this process runs {sentin8.BUILD} (state {native.state()})"
+    for name in ("workers.l7.exchange", "workers.l7.h1.connection", "sentin8.http.framing", "workers.tls_layer"):
+        assert _loaded_from(name).endswith(SUFFIX), name
+
+
 def test_every_listed_module_runs_as_the_guard_decided():
     for name in native.MODULES:
         where = _loaded_from(name)
@@ -51,7 +61,7 @@ def test_the_finder_loads_the_source_file():
     finder = native.SourceFirst()
     spec = finder.find_spec("sentin8.http.framing")
     assert spec is not None and str(spec.origin).endswith("framing.py")
-    assert finder.find_spec("sentin8.routing") is None  # not listed: the usual finders decide
+    assert finder.find_spec("sentin8.config") is None  # not listed: the usual finders decide
 
 
 def test_state_of_a_tree(tmp_path):
@@ -61,40 +71,46 @@ def test_state_of_a_tree(tmp_path):
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_bytes(native.source(name).read_bytes())
     assert native.state(tmp_path) == "pure"
-    for name in (*native.MODULES, native.RUNTIME):
+    for name in native.MODULES:
         native.extension(name, tmp_path).write_bytes(b"")
     assert native.state(tmp_path) == "stale"  # no stamp: not known to be built from these sources
-    native.stamp(tmp_path).write_text(f"{native.fingerprint(tmp_path)} mypy 2.4.0\n")
+    native.stamp(tmp_path).write_text(f"{native.fingerprint(tmp_path)} cython 3.3.1\n")
     assert native.state(tmp_path) == "compiled"
     edited = native.source("sentin8.netclass", tmp_path)
     edited.write_bytes(edited.read_bytes() + b"# edited after the build\n")
     assert native.state(tmp_path) == "stale"
-    native.stamp(tmp_path).write_text(f"{native.fingerprint(tmp_path)} mypy 2.4.0\n")
-    native.extension(native.RUNTIME, tmp_path).unlink()  # a half-removed build would fail to import
+    native.stamp(tmp_path).write_text(f"{native.fingerprint(tmp_path)} cython 3.3.1\n")
+    pxd = native.augmenting("sentin8.netclass", tmp_path)
+    pxd.write_text("# C declarations added after the build\n")
+    assert native.state(tmp_path) == "stale"  # a .pxd changes the compiled code as much as the .py
+    native.stamp(tmp_path).write_text(f"{native.fingerprint(tmp_path)} cython 3.3.1\n")
+    native.extension("workers.l7.exchange", tmp_path).unlink()  # a partial build would be a mix
     assert native.state(tmp_path) == "stale"
 
 
-def _build_in_child(env_value: str) -> str:
-    env = {**os.environ, "SENTIN8_MYPYC": env_value}
-    code = "import sentin8, sentin8.http.framing as f; print(sentin8.BUILD, f.__file__)"
+def _build_in_child(pure: str, first: str = "sentin8") -> str:
+    env = {**os.environ, "SENTIN8_PURE": pure}
+    # ``first``: importing a compiled package's module before sentin8 itself still settles the build first
+    code = f"import {first}; import sentin8, workers.l7.exchange as e; print(sentin8.BUILD, e.__file__)"
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
 
 
-def test_sentin8_mypyc_0_runs_pure_even_when_compiled():
-    build, where = _build_in_child("0").split()
-    assert build == "pure" and where.endswith("framing.py")
+def test_sentin8_pure_runs_pure_even_when_compiled():
+    for first in ("sentin8", "workers.l7"):
+        build, where = _build_in_child("1", first).split()
+        assert build == "pure" and where.endswith("exchange.py"), first
 
 
-@pytest.mark.skipif(not COMPILED, reason="pure Python build (./dev compile to run this compiled)")
+@pytest.mark.skipif(not COMPILED, reason="pure Python build (./dev builds the compiled one)")
 def test_a_compiled_build_runs_compiled_in_a_fresh_process():
-    build, where = _build_in_child("1").split()
+    build, where = _build_in_child("").split()
     assert build == "compiled" and where.endswith(SUFFIX)
 
 
-@pytest.mark.skipif(not COMPILED, reason="pure Python build (./dev compile to run this compiled)")
+@pytest.mark.skipif(not COMPILED, reason="pure Python build (./dev builds the compiled one)")
 def test_compiled_modules_take_what_their_callers_pass():
-    # mypyc checks argument types at run time where Python would not: the callers hand bytes from sockets and
-    # httptools, str addresses, int token counts
+    # a typed .pxd checks argument types at run time where Python would not: the callers hand bytes from
+    # sockets and httptools, str addresses, int token counts
     from sentin8 import clienthello, netclass, tokenbucket
     from sentin8.http import framing, headers, response
 
@@ -105,5 +121,15 @@ def test_compiled_modules_take_what_their_callers_pass():
     assert framing.split_host(b"Example.COM.:8443") == "example.com"
     assert headers.response_headers([(b"Connection", b"close"), (b"A", b"b")]) == [(b"A", b"b")]
     assert response.encode_chunks(b"abc", 100) == [b"3\r\nabc\r\n"]
-    # a big-int token count stays exact (mypyc's int is arbitrary precision, as Python's)
-    assert tokenbucket.refill(0, 0, 2**62, 1e6, 2**40) == tokenbucket.capacity(2**40)
+    # a big-int token count stays exact (an untyped int is Python's arbitrary-precision int): as the .py says
+    pure = _pure_copy("sentin8.tokenbucket")
+    assert tokenbucket.refill(0, 0, 2**62, 1e6, 2**40) == pure.refill(0, 0, 2**62, 1e6, 2**40)
+    assert tokenbucket.capacity(2**40) == pure.capacity(2**40)
+
+
+def _pure_copy(name: str):
+    """The listed module loaded from its .py under another name, beside the compiled one."""
+    spec = importlib.util.spec_from_file_location(f"pure_{name.replace('.', '_')}", native.source(name))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

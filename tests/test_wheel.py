@@ -101,7 +101,7 @@ def test_the_wheel_installed_in_a_clean_venv_has_its_package_data_and_runs(tmp_p
     (site / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # the dependencies, not sentin8
     _run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheels[0])], env=env)
 
-    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SENTIN8_MYPYC")}
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SENTIN8_PURE")}
     got = json.loads(_run([str(py), "-c", PROBE], cwd=tmp_path, env=clean).stdout)
     assert Path(got["sentin8"]).is_relative_to(venv), f"sentin8 came from {got['sentin8']}, not the wheel"
     assert got["dashboard"] == (REPO / "sentin8/mgmt/dashboard.html").read_text()

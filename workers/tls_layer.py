@@ -59,7 +59,7 @@ def ssl_error_reason(exc: BaseException) -> str:
     return f"tls: {exc.__class__.__name__} {exc}".rstrip()
 
 
-class TLSLayer(asyncio.Protocol):
+class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class (tls_layer.pxd) takes none
     """Shared machinery of the server and client sides; see the module docstring."""
 
     _server_side = True

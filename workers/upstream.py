@@ -40,7 +40,7 @@ class UpstreamOwner(Protocol):
     def upstream_timeout(self) -> None: ...  # the request was sent and no response byte came in time
 
 
-class UpstreamConn(asyncio.Protocol):
+class UpstreamConn:  # an asyncio.Protocol by its methods: no base, as a cdef class (upstream.pxd) takes none
     """One backend connection. It has one deadline at a time (``workers.deadline``, the one the client bridge
     uses too): idle in the pool (``idle_timeout_s``, then closed) or awaiting a response
     (``response_timeout_s``, then the owner's ``upstream_timeout``). Its horizon is ``pool.min_deadline_s``,

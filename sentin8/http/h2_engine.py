@@ -106,6 +106,7 @@ _E_PriorityUpdateReceived, _E_PingAcknowledged, _E_GoAwayReceived, _E_Connection
 
 # the engine's stream-scoped "this stream is gone" errors, and its "the connection is going" ones
 _GONE = (ngh2.StreamProtocolError, ngh2.ConnectionStateError, ngh2.ConnectionClosingError)
+_GONE_OR_BAD = (ValueError, *_GONE)  # a name, not ``(ValueError, *_GONE)`` inline: Cython takes no star there
 
 
 class ServerConnection:
@@ -348,7 +349,7 @@ class ServerConnection:
     def _ack(self, stream_id: int, n: int) -> None:
         try:
             self._c.acknowledge_received_data(n, stream_id)
-        except (ValueError, *_GONE):
+        except _GONE_OR_BAD:
             pass  # a closed stream's bytes went back to the connection window with its close
 
     # -- output ----------------------------------------------------------------------------------------
@@ -485,7 +486,7 @@ class ServerConnection:
         try:
             window = min(self._c.remote_window_size, self._c.stream_remote_window_size(stream_id))
             return max(0, window - self._c.queued_body_size(stream_id))
-        except (ValueError, *_GONE):
+        except _GONE_OR_BAD:
             return 0
 
     # -- shutdown --------------------------------------------------------------------------------------

@@ -1,0 +1,253 @@
+"""The proxy's own CPU for one keep-alive GET, in one process: pure Python against the compiled build.
+
+    .venv/bin/python -m bench.profile.keepalive [--requests 20000] [--rounds 5] [--plain]
+    SENTIN8_PURE=1 .venv/bin/python -m bench.profile.keepalive ...      the same, on the .py files
+
+The worker's path of a request, on loopback sockets: the PQ TLS layer (``workers.tls_layer``, ML-DSA-65 and
+X25519MLKEM768; ``--plain``: the h1 bridge on plain TCP), the h1 bridge, admission, the exchange and its
+relay, the pooled upstream connection, and the per-request accounting into real ``WorkerCounters`` (the
+worker's ``request_done`` and ``inflight`` calls). The proxy runs alone in this process on uvloop; the client
+(pyOpenSSL on a blocking socket, one connection, sequential GETs) and the backend (a blocking socket answering
+a fixed 200) are forked children, so the figure is the proxy process's CPU time per request (user + system:
+the kernel time of its sends and receives included; the same syscalls in both builds). No peers, no root.
+Prints the build, then the median and the best CPU-µs per request over ``--rounds``, and the user-space
+part alone (the kernel's loopback work, done in the sender's context, is most of the rest and most of the
+noise on a shared machine; ``valgrind --tool=callgrind --trace-children=no`` on this command counts the
+user-space instructions, docs/compiled.md). A load test, never a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import uvloop
+from cryptography.hazmat.primitives import serialization
+
+import sentin8
+from bench import pqtls
+from sentin8 import certpair, routing, tls
+from sentin8.config import Config, Limits, Upstream
+from sentin8.routing import Instance, Route
+from sentin8.shm.counters import WorkerCounters, region_bytes
+from workers.l7 import Exchange, L7Bridge, RequestInfo
+from workers.tls_layer import TLSServerProtocol
+from workers.upstream import UpstreamPool
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = "bench.test"
+BODY = b"x" * 612  # nginx's default index page size
+RESPONSE = (
+    b"HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Type: text/html\r\nContent-Length: %d\r\n"
+    b"Connection: keep-alive\r\nAccept-Ranges: bytes\r\n\r\n%s" % (len(BODY), BODY)
+)
+REQUEST = b"GET / HTTP/1.1\r\nHost: %s\r\nUser-Agent: wrk/4.2\r\nAccept: */*\r\n\r\n" % HOST.encode()
+
+
+class Context:
+    """The ``L7Context`` a worker gives its bridges (``workers.l7_context.WorkerL7Context``), reduced to what a
+    plain keep-alive GET touches: a routing table, real shared-memory counters, no policy, no WAF."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, backend_port: int) -> None:
+        self.cfg = Config(limits=Limits(), upstream=Upstream(pool_max_idle_per_instance=8))
+        self.pool = UpstreamPool.from_config(loop, self.cfg)
+        instances = [Instance(id="web-0", service="web", host="127.0.0.1", port=backend_port)]
+        self.table = routing.build([Route(hostname=HOST, service="web")], instances, built_at=0.0)
+        self.counters = WorkerCounters(memoryview(bytearray(region_bytes(1, 4))), 0, 4)
+        self.inflight_now = 0
+        self.resolve = self.table.resolve
+        self.count = self.counters.inc
+        self.refused = self.counters.refused
+        self.upstream = self.counters.upstream
+
+    def candidates(self, service: str) -> list[Instance]:
+        return list(self.table.instances(service))
+
+    def backend_failed(self, instance: Instance) -> None:
+        raise AssertionError(f"backend {instance.id} failed")
+
+    def upstream_result(self, instance_id: str, ok: bool) -> None:
+        pass
+
+    def service_id(self, service: str) -> int:
+        return self.table.service_id(service)
+
+    def request_done(self, ex: Exchange, seconds: float) -> None:
+        self.counters.request(ex.sidx, ex.status, seconds)
+        self.counters.traffic(ex.client.facts.external, "requests")
+
+    def inflight(self, delta: int) -> None:
+        self.inflight_now += delta
+        self.counters.add_gauge("active_connections", delta)
+
+    def overloaded(self) -> bool:
+        return False
+
+    def policy(self, request: RequestInfo) -> None:
+        return None
+
+    def waf_gate(self) -> None:
+        return None
+
+    def upstream_tls(self, instance: Instance) -> None:
+        return None
+
+
+def serve_backend(srv: socket.socket) -> None:
+    """A keep-alive backend (a child process, a thread per connection): one fixed response per request head."""
+
+    def serve(conn: socket.socket) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = b""
+        while True:
+            data = conn.recv(65536)
+            if not data:
+                return
+            buf += data
+            while b"\r\n\r\n" in buf:
+                _, buf = buf.split(b"\r\n\r\n", 1)
+                conn.sendall(RESPONSE)
+
+    while True:
+        conn, _ = srv.accept()
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
+def server_cert() -> certpair.ServerCert:
+    now = time.time()
+    cert, key = certpair.self_signed_mldsa65([HOST], now - 60, now + 3600)
+    pkcs8 = serialization.PrivateFormat.PKCS8
+    key_pem = key.private_bytes(serialization.Encoding.PEM, pkcs8, serialization.NoEncryption())
+    return certpair.parse_pair(HOST, cert.public_bytes(serialization.Encoding.PEM), key_pem, now)
+
+
+class Proxy:
+    """The proxy in this process's main thread; the backend and the client are child processes, so this
+    process's CPU time (``time.process_time``, user + system) is the proxy's alone."""
+
+    def __init__(self, plain: bool, backend_port: int) -> None:
+        self.loop = uvloop.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self.ctx = Context(self.loop, backend_port)
+        front = None if plain else tls.server_context(server_cert())
+
+        def factory() -> asyncio.Protocol:
+            if front is None:
+                return L7Bridge(self.ctx, self.loop, None, "http")
+            return TLSServerProtocol(front, lambda: L7Bridge(self.ctx, self.loop, None, "https"), loop=self.loop)
+
+        self.server = self.loop.run_until_complete(self.loop.create_server(factory, "127.0.0.1", 0))
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    def measure(self, control: socket.socket) -> list[tuple[float, float]]:
+        """CPU times at each of the client's round markers (``s`` start, ``e`` end), until it says ``q``."""
+        marks: list[tuple[float, float]] = []
+        done = self.loop.create_future()
+
+        def on_mark() -> None:
+            for b in control.recv(64):
+                if b == ord("q"):
+                    done.set_result(None)
+                else:
+                    r = resource.getrusage(resource.RUSAGE_SELF)
+                    marks.append((r.ru_utime, r.ru_stime))
+
+        self.loop.add_reader(control.fileno(), on_mark)
+        self.loop.run_until_complete(done)
+        return marks
+
+
+class Client:
+    def __init__(self, port: int, plain: bool) -> None:
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.conn = sock if plain else pqtls.client(sock, HOST)
+        self.buf = b""
+
+    def get(self) -> None:
+        self.conn.sendall(REQUEST)
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end >= 0:
+                head = self.buf[:end]
+                length = int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+                if len(self.buf) >= end + 4 + length:
+                    assert head.startswith(b"HTTP/1.1 200 "), head[:60]
+                    self.buf = self.buf[end + 4 + length :]
+                    return
+            data = self.conn.recv(65536)
+            if not data:
+                raise EOFError("the proxy closed the connection")
+            self.buf += data
+
+
+def run_client(port: int, plain: bool, control: socket.socket, requests: int, rounds: int) -> None:
+    client = Client(port, plain)
+    for _ in range(500):  # warm-up: the pooled upstream connection, caches, the allocator
+        client.get()
+    for _ in range(rounds):
+        control.sendall(b"s")
+        for _ in range(requests):
+            client.get()
+        control.sendall(b"e")
+    control.sendall(b"q")
+
+
+def child(role: str, fd: int, *args: object) -> subprocess.Popen:
+    """The backend or the client in a process of its own (exec'd, so ``valgrind --trace-children=no`` on the
+    proxy leaves them native)."""
+    argv = [sys.executable, "-m", "bench.profile.keepalive", "--role", role, "--fd", str(fd), *map(str, args)]
+    return subprocess.Popen(argv, pass_fds=[fd], env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--plain", action="store_true", help="plain TCP to the bridge: no TLS layer")
+    ap.add_argument("--role", default="proxy", help=argparse.SUPPRESS)
+    ap.add_argument("--fd", type=int, default=-1, help=argparse.SUPPRESS)
+    ap.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.role == "backend":
+        serve_backend(socket.socket(fileno=a.fd))
+        return 0
+    if a.role == "client":
+        run_client(int(a.rest[0]), a.plain, socket.socket(fileno=a.fd), a.requests, a.rounds)
+        return 0
+    srv = socket.create_server(("127.0.0.1", 0))
+    backend_proc = child("backend", srv.fileno())
+    proxy = Proxy(a.plain, srv.getsockname()[1])
+    srv.close()
+    mine, theirs = socket.socketpair()
+    extra = ["--plain"] if a.plain else []
+    client_proc = child("client", theirs.fileno(), "--requests", a.requests, "--rounds", a.rounds, *extra, proxy.port)
+    theirs.close()
+    marks = proxy.measure(mine)
+    client_proc.wait()
+    backend_proc.kill()
+    backend_proc.wait()
+    spans = [(marks[i], marks[i + 1]) for i in range(0, len(marks), 2)]
+    per = [(b[0] + b[1] - a_[0] - a_[1]) / a.requests * 1e6 for a_, b in spans]
+    user = [(b[0] - a_[0]) / a.requests * 1e6 for a_, b in spans]
+    what = "plain h1" if a.plain else "PQ TLS h1"
+    print(
+        f"{sentin8.BUILD:8} {what}: proxy CPU per keep-alive GET median {statistics.median(per):.1f} µs "
+        f"(best {min(per):.1f}), of it user {statistics.median(user):.1f} µs (best {min(user):.1f}); "
+        f"{a.rounds} x {a.requests}",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+# C declarations for framing.py's hot classes (Cython pure-Python mode; the .py stays the source).
+cdef class HeaderBudget:
+    cdef public Py_ssize_t count, max_count, max_size, size
+    cpdef add(self, name, value)
+
+cdef class RequestHead:
+    cdef public object acme, authority, content_length, headers, host, method, path, target, version
+    cdef public object websocket_key
+    cdef public bint chunked, expect_continue, keep_alive, websocket

@@ -1,0 +1,8 @@
+# C layout of a connection's deadline (Cython pure-Python mode; deadline.py stays the source).
+cdef class Deadline:
+    cdef public object _handle, _loop, _on_expired
+    cdef public double _at, _handle_at, _horizon
+    cdef public Py_ssize_t kind
+    cpdef arm(self, kind, delay)
+    cpdef disarm(self)
+    cpdef disarm_if(self, kind)

@@ -1,0 +1,4 @@
+from workers.l7.relay cimport ResponseRelay
+
+cdef class Exchange(ResponseRelay):
+    pass

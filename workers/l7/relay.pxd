@@ -1,0 +1,16 @@
+# C layout of an exchange (Cython pure-Python mode; relay.py and exchange.py stay the source). Every field of
+# Exchange is declared here, on its base, so both halves reach them as C struct members; all stay public
+# (the connection, the stream and the tests read them).
+from sentin8.http.framing cimport HeaderBudget
+from workers.l7.request cimport Request
+
+cdef class ResponseRelay:
+    cdef public Request req
+    cdef public object client, state, resp_headers, resp_parser, resp_reason, resp_raw, resp_trailers
+    cdef public HeaderBudget resp_budget
+    cdef public Py_ssize_t status, resp_body_bytes, interims, interim_bytes
+    cdef public bint head_only, close_delimited, resp_extra, resp_keep_alive
+    # Exchange's own fields (exchange.py), declared once with the rest
+    cdef public object _candidates, _task, _waf, conn, corr, head_bytes, host, instance, service
+    cdef public Py_ssize_t _cand_idx, body_written, sidx
+    cdef public bint retried, warm
