@@ -106,6 +106,14 @@ def test_cookie_crumbs_are_joined_at_the_first_crumbs_place():
     assert single.headers[1] == (b"cookie", b"only=1")
 
 
+def test_empty_cookie_crumbs_are_left_out_of_the_joined_field():
+    # joined as they came, b"GET" and b"" gave b"GET; ": a value ending in a space (RFC 9113 §8.2.1)
+    head = ok([*PSEUDO, (b"cookie", b"GET"), (b"cookie", b"")])
+    assert [v for n, v in head.headers if n == b"cookie"] == [b"GET"]
+    head = ok([*PSEUDO, (b"cookie", b""), (b"cookie", b"a=1"), (b"cookie", b""), (b"cookie", b"b=2")])
+    assert [v for n, v in head.headers if n == b"cookie"] == [b"a=1; b=2"]
+
+
 def test_version_2_is_not_mistaken_for_1_0_by_the_response_framing():
     from sentin8.http.response import response_framing
 

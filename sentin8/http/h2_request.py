@@ -136,7 +136,9 @@ def _authority_key(value: bytes) -> tuple[str, int] | None:
 
 
 def _join_cookies(out: list[Header], names: list[bytes]) -> None:
-    """RFC 9113 §8.2.3: the crumbs become one field, joined with "; ", at the first crumb's place."""
+    """RFC 9113 §8.2.3: the crumbs become one field, joined with "; ", at the first crumb's place. An empty
+    crumb carries no cookie and is left out: joined, it would give the field a trailing or doubled "; ", a value
+    ending in a space that RFC 9113 §8.2.1 forbids (and h1 never forwards)."""
     at = j = names.index(b"cookie")
     crumbs = [out[at][1]]
     drop = []
@@ -146,7 +148,7 @@ def _join_cookies(out: list[Header], names: list[bytes]) -> None:
         drop.append(j)
     for j in reversed(drop):
         del out[j], names[j]
-    out[at] = (b"cookie", b"; ".join(crumbs))
+    out[at] = (b"cookie", b"; ".join([c for c in crumbs if c]))
 
 
 def map_request(
