@@ -337,7 +337,13 @@ state_dir = "{workdir}/state"
             env={**os.environ, "SENTIN8_MGMT_JWT_SECRET": self.secret, **(env or {})},
             preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))) if nofile else None,
         )
-        wait_until(lambda: self.saw("ready") or self.proc.poll() is not None, 20, what="fleet ready")
+        try:
+            # generous: on a loaded 2-core machine a fleet's start (imports, shared memory, a PQ certificate
+            # per worker) has taken over 20 s; a passing start returns as soon as "ready" is logged
+            wait_until(lambda: self.saw("ready") or self.proc.poll() is not None, 45, what="fleet ready")
+        except AssertionError as exc:
+            self.stop()  # no orphaned fleet outliving the test that could not use it
+            raise AssertionError(f"{exc}; the fleet's log so far:\n{self.output()[-4000:]}") from None
         if self.proc.poll() is not None:
             raise AssertionError(f"fleet exited {self.proc.returncode}:\n{self.output()}")
         if mgmt:
