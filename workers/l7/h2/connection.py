@@ -430,8 +430,8 @@ class H2Bridge(asyncio.Protocol):
             transport.write(out)
             if self._paused_streams:
                 self._windows_opened()  # what was queued has left within the windows: read the upstreams again
-            if self.send_deadlines.stalled:
-                self.send_deadlines.progress()
+        if self.send_deadlines.stalled:  # with no output too: a finished stream still queued is window-bound
+            self.send_deadlines.progress()
         if engine.ended is not None or (self._final_sent and not self.streams):
             self._close()  # after the last bytes: the transport writes them, then close_notify
 

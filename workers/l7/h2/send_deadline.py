@@ -25,7 +25,16 @@ connection, armed at ``pause_writing`` and cancelled at ``resume_writing``. The 
 stream's last byte sent (nginx's rule: between two successive writes, not for the whole response): each
 write of the connection (``progress``) notes which stalled streams sent bytes, and a timer that fires early
 re-arms for the rest, so a slow reader is not cut and a stopped one is, ``send_timeout_s`` after its last
-byte left. Nothing is stalled on a healthy connection, and then ``progress`` is not called.
+byte left.
+
+A stream's exchange usually ends with the end of its response still queued: the connection writes once per
+loop turn (``H2Bridge.flush_soon``), after the exchange is done. So a finished stream with queued bytes is
+only *noted* (``_finishing``, no timer); the write that follows either takes its last bytes (the note goes)
+or leaves some behind a shut window (then its deadline starts). Every write also drops the deadlines that
+no longer hold anything: a finished stream whose last byte left, a live one no longer paused. So a healthy
+connection holds no timer and ``progress`` walks at most the streams of one turn; arming a timer per
+finished stream instead kept every stream (and a timer) for ``send_timeout_s`` and made each write walk
+them all (issue 18's h2 profile: a quarter of a worker's time).
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ if TYPE_CHECKING:
 class SendDeadlines:
     """The per-stream and per-connection send deadlines of one ``H2Bridge``."""
 
-    __slots__ = ("_bridge", "_loop", "_socket", "_stalled", "timeout")
+    __slots__ = ("_bridge", "_finishing", "_loop", "_socket", "_stalled", "timeout")
 
     def __init__(self, bridge: H2Bridge, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
         self._bridge = bridge
@@ -49,6 +58,8 @@ class SendDeadlines:
         self.timeout = timeout
         # stream id -> [timer, bytes it had sent when last seen moving, when that was, the stream]
         self._stalled: dict[int, list] = {}
+        # finished streams whose response was still queued when their exchange ended: judged at the next write
+        self._finishing: list[H2Stream] = []
         self._socket: asyncio.TimerHandle | None = None
 
     # -- streams --------------------------------------------------------------------------------------
@@ -59,11 +70,11 @@ class SendDeadlines:
             self._arm(st)
 
     def stream_done(self, st: H2Stream) -> None:
-        """``st``'s exchange is over: its deadline goes, unless part of its response is still queued (a shut
-        window), which keeps it (or starts it)."""
+        """``st``'s exchange is over: its deadline goes, unless part of its response is still queued, which
+        keeps a running one; otherwise the next write decides (``progress``)."""
         if self._bridge.engine.buffered(st.sid):
             if st.sid not in self._stalled:
-                self._arm(st)
+                self._finishing.append(st)
             return
         entry = self._stalled.pop(st.sid, None)
         if entry is not None:
@@ -71,15 +82,32 @@ class SendDeadlines:
 
     @property
     def stalled(self) -> bool:
-        return bool(self._stalled)
+        """Whether a write has anything to tell this object (``progress``)."""
+        return bool(self._stalled) or bool(self._finishing)
 
     def progress(self) -> None:
-        """After a write: a stalled stream whose bytes left moves its deadline (lazily: its timer re-arms)."""
-        now = self._loop.time()
-        for entry in self._stalled.values():
-            sent = self._sent(entry[3])
-            if sent > entry[1]:
-                entry[1], entry[2] = sent, now
+        """After a write: a stalled stream whose bytes left moves its deadline (lazily: its timer re-arms); a
+        deadline that holds nothing any more goes; a finished stream still queued after it starts one."""
+        engine = self._bridge.engine
+        streams = self._bridge.streams
+        if self._stalled:
+            now = self._loop.time()
+            for sid, entry in list(self._stalled.items()):
+                st = entry[3]
+                # live: its windows opened (a new pause starts a new deadline); finished: its last byte left
+                gone = not st.write_paused if streams.get(sid) is st else not engine.buffered(sid)
+                if gone:
+                    del self._stalled[sid]
+                    entry[0].cancel()
+                    continue
+                sent = self._sent(st)
+                if sent > entry[1]:
+                    entry[1], entry[2] = sent, now
+        if self._finishing:
+            finishing, self._finishing = self._finishing, []
+            for st in finishing:
+                if st.sid not in self._stalled and streams.get(st.sid) is not st and engine.buffered(st.sid):
+                    self._arm(st)  # behind a shut window: from now on it must move within the timeout
 
     def _arm(self, st: H2Stream) -> None:
         now = self._loop.time()
@@ -132,3 +160,4 @@ class SendDeadlines:
         for entry in self._stalled.values():
             entry[0].cancel()
         self._stalled.clear()
+        self._finishing.clear()
