@@ -267,6 +267,23 @@ def test_file_change_is_picked_up_without_a_signal(backend_factory, fleet_factor
     wait_until(lambda: _routes(fleet.port, "gamma.test"), 10, what="new domain routed")
 
 
+def test_a_config_file_caught_empty_mid_write_never_empties_the_routing_table(backend_factory, fleet_factory):
+    """``Path.write_text`` truncates, then writes: a resolver check in between used to publish the empty
+    file's tables (valid TOML, no domains), and every L4 client was reset (its SNI unknown, its ClientHello
+    unread) until the next check. CI saw it once after a reload test rewrote its config."""
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b), workers=1)
+    config = Path(fleet.config)
+    text = config.read_text()
+    assert roundtrip(fleet.port, "alpha.test") == b"a:ping"
+    with open(config, "w") as writer:  # held truncated, as a writer descheduled between O_TRUNC and write
+        wait_until(lambda: fleet.saw("config_reload_failed"), 10, what="the empty file judged")
+        assert "empty" in fleet.events("config_reload_failed")[-1]["reason"]
+        assert roundtrip(fleet.port, "alpha.test") == b"a:ping"
+        writer.write(text.replace('hostname = "alpha.test"', 'hostname = "gamma.test"'))
+    wait_until(lambda: _routes(fleet.port, "gamma.test"), 10, what="the whole file routed")
+
+
 def _routes(port: int, sni: str) -> bool:
     try:
         return roundtrip(port, sni) == b"a:ping"
