@@ -8,8 +8,11 @@ import socket
 import ssl
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
-from tests.peers import connection_closed, roundtrip, tls_client, wait_until
+import pytest
+
+from tests.peers import connection_closed, free_port, roundtrip, tls_client, wait_until
 
 
 def two_services(a, b) -> str:
@@ -265,6 +268,44 @@ def test_file_change_is_picked_up_without_a_signal(backend_factory, fleet_factor
     text = Path(fleet.config).read_text() + '\n[[domains]]\nhostname = "gamma.test"\nservice = "alpha"\n'
     Path(fleet.config).write_text(text)
     wait_until(lambda: _routes(fleet.port, "gamma.test"), 10, what="new domain routed")
+
+
+def test_an_l4_refusal_is_an_alert_then_a_fin_never_a_reset(backend_factory, fleet_factory):
+    """A reset is what a client sees when its connection is lost (a listener's queue, a worker that died);
+    a refusal says why. The peeked ClientHello is read first: a close with unread bytes would be a reset too
+    (CI's one reset after the routing table emptied mid-write could not say it was a name with no route)."""
+    a = backend_factory("a", "alpha.test")
+    nobody = SimpleNamespace(port=free_port())  # beta's only instance: nothing listens there
+    fleet = fleet_factory(two_services(a, nobody), workers=1)
+    with pytest.raises(ssl.SSLError, match="UNRECOGNIZED_NAME"):
+        roundtrip(fleet.port, "nope.test")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with pytest.raises(ssl.SSLError, match="UNRECOGNIZED_NAME"):
+        ctx.wrap_socket(socket.create_connection(("127.0.0.1", fleet.port), timeout=5))  # no SNI at all
+    with pytest.raises(ssl.SSLError, match="HANDSHAKE_FAILURE"):
+        roundtrip(fleet.port, "x.beta.test")
+    stats = fleet.stats()
+    assert (stats["unknown_sni"], stats["no_sni"], stats["backend_connect_errors"]) == (1, 1, 1)
+    assert roundtrip(fleet.port, "alpha.test") == b"a:ping"
+
+
+def test_a_config_file_caught_empty_mid_write_never_empties_the_routing_table(backend_factory, fleet_factory):
+    """``Path.write_text`` truncates, then writes: a resolver check in between used to publish the empty
+    file's tables (valid TOML, no domains), and every L4 client was reset (its SNI unknown, its ClientHello
+    unread) until the next check. CI saw it once after a reload test rewrote its config."""
+    a, b = backend_factory("a", "alpha.test"), backend_factory("b", "x.beta.test")
+    fleet = fleet_factory(two_services(a, b), workers=1)
+    config = Path(fleet.config)
+    text = config.read_text()
+    assert roundtrip(fleet.port, "alpha.test") == b"a:ping"
+    with open(config, "w") as writer:  # held truncated, as a writer descheduled between O_TRUNC and write
+        wait_until(lambda: fleet.saw("config_reload_failed"), 10, what="the empty file judged")
+        assert "empty" in fleet.events("config_reload_failed")[-1]["reason"]
+        assert roundtrip(fleet.port, "alpha.test") == b"a:ping"
+        writer.write(text.replace('hostname = "alpha.test"', 'hostname = "gamma.test"'))
+    wait_until(lambda: _routes(fleet.port, "gamma.test"), 10, what="the whole file routed")
 
 
 def _routes(port: int, sni: str) -> bool:

@@ -67,6 +67,14 @@ def _refuse(sock: socket.socket, alert: bytes) -> None:
             pass  # the peer is gone already
 
 
+def refuse_hello(sock: socket.socket, alert: bytes) -> None:
+    """Refuse a connection whose ClientHello was peeked whole but will not be served (L4: a name with no
+    route, no backend that answers, a cap): read the hello and answer ``alert``, as ``_refuse`` does for a
+    hello the peek refused. The caller's close is then a FIN after an alert the client can name, never the
+    reset of a close with unread bytes, which a client cannot tell from a lost connection."""
+    _refuse(sock, alert)
+
+
 def _failed(exc: ClientHelloError) -> PeekFailed:
     if isinstance(exc, BadRecordVersion):
         return PeekFailed("peek_bad_version")
