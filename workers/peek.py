@@ -67,12 +67,12 @@ def _refuse(sock: socket.socket, alert: bytes) -> None:
             pass  # the peer is gone already
 
 
-def refuse_hello(sock: socket.socket, alert: bytes) -> None:
-    """Refuse a connection whose ClientHello was peeked whole but will not be served (L4: a name with no
-    route, no backend that answers, a cap): read the hello and answer ``alert``, as ``_refuse`` does for a
-    hello the peek refused. The caller's close is then a FIN after an alert the client can name, never the
-    reset of a close with unread bytes, which a client cannot tell from a lost connection."""
-    _refuse(sock, alert)
+def refuse_hello(sock: socket.socket) -> None:
+    """Refuse a connection whose ClientHello was peeked whole but will not be served (L4: no SNI, a name with
+    no route, no backend that answers, a cap): read the hello, so the caller's close is a FIN. The design's
+    "internal: fail closed, close" is a close, not an alert (the backend's TLS is the one to speak TLS); and a
+    close with the hello unread would be a reset, which a client cannot tell from a lost connection."""
+    _refuse(sock, b"")
 
 
 def _failed(exc: ClientHelloError) -> PeekFailed:

@@ -23,7 +23,6 @@ from sentin8.backends import Backends
 from sentin8.breaker import BreakerRules
 from sentin8.certpair import ServerCert
 from sentin8.certstore import CertStore, store_dirname
-from sentin8.clienthello import ALERT_HANDSHAKE_FAILURE, ALERT_UNRECOGNIZED_NAME, alert_record
 from sentin8.config import Config
 from sentin8.eventlog import event
 from sentin8.holds import Hold, OpenConnections
@@ -47,9 +46,6 @@ from .peek import PeekFailed, peek_client_hello, read_proxy_header, refuse_hello
 from .tls_layer import TLSServerProtocol
 
 ACCEPT_BATCH = 64
-# An L4 connection refused after its ClientHello was peeked gets one of these (a cap: none), then a FIN
-NO_ROUTE_ALERT = alert_record(ALERT_UNRECOGNIZED_NAME)  # no SNI, or one with no route (RFC 6066 §3)
-NOT_SERVED_ALERT = alert_record(ALERT_HANDSHAKE_FAILURE)  # a routed name no backend answered
 _B = TypeVar("_B", bound=L7Bridge | H2Bridge)
 
 
@@ -283,7 +279,7 @@ class Worker:
             if guaranteed_l4:
                 if over_cap:
                     self.counters.refused(refusals.CONN_CAP_L4)
-                    refuse_hello(conn, b"")  # a cap says nothing: a bare close, but a FIN
+                    refuse_hello(conn)
                     return
                 self.counters.inc("connections_internal_l4")
                 handed_off = await self._serve_l4(conn, hello.sni, hold, addr, local)
@@ -295,7 +291,7 @@ class Worker:
                 return
             if over_cap:
                 self.counters.refused(refusals.CONN_CAP_L4)
-                refuse_hello(conn, b"")
+                refuse_hello(conn)
                 return
             self.counters.inc("connections_l4")
             handed_off = await self._serve_l4(conn, hello.sni, hold, addr, local)
@@ -405,18 +401,18 @@ class Worker:
         balancer's destination, else the address this connection reached)."""
         if sni is None:
             self.counters.inc("no_sni")
-            refuse_hello(conn, NO_ROUTE_ALERT)
+            refuse_hello(conn)
             return False
         table = self.backends.table()
         route = table.resolve(sni) if table is not None else None
         if route is None:
             self.counters.inc("unknown_sni")  # fail closed: never a default mapping
-            refuse_hello(conn, NO_ROUTE_ALERT)
+            refuse_hello(conn)
             return False
         self.counters.l4_connection(route.sidx)
         picked = await self.connect_backend(route.service, table)
         if picked is None:
-            refuse_hello(conn, NOT_SERVED_ALERT)
+            refuse_hello(conn)
             return False
         inst, backend = picked
         preface = b""

@@ -50,9 +50,9 @@ NAMES: tuple[str, ...] = (
     "peek_garbage",  # first bytes are not TLS, or the hello is malformed: closed (with the reference's alert)
     "peek_oversize",  # a ClientHello over limits.peek_max_bytes: illegal_parameter
     "peek_eof",  # the peer closed before its ClientHello was complete
-    "no_sni",  # a ClientHello without server_name: unrecognized_name alert + close (L4), 421 (L7)
-    "unknown_sni",  # a server name no mapping answers: unrecognized_name alert + close (L4), 421 (L7)
-    "no_backend",  # a routed name whose service has no instance to pick (L4: handshake_failure alert + close)
+    "no_sni",  # a ClientHello without server_name: its hello read, closed (L4), 421 (L7)
+    "unknown_sni",  # a server name no mapping answers: its hello read, closed (L4), 421 (L7)
+    "no_backend",  # a routed name whose service has no instance to pick (L4: its hello read, closed)
     "backend_connect_errors",  # failed connects to an instance (marked suspect, the next one tried), L4 and L7
     "all_suspect_fallback",  # picks made while every instance of the service was suspect (plain round-robin)
     "l4_bytes_in",  # bytes piped client -> backend on the L4 path
