@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import errno
 import multiprocessing as mp
+import resource
 import selectors
 import socket
 import statistics
@@ -134,6 +135,181 @@ def l4_connrate(port: int, hello: bytes, duration: float, procs: int = 2, concur
     if ok == 0:
         return Sample(None, 0, err, error=f"no connection got its first byte ({err} errors)")
     return Sample(ok / duration, ok, err)
+
+
+# ---- L7 resumed handshakes ---------------------------------------------------------------------------------
+
+
+RESUMED_REQUEST = "GET / HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n"
+
+
+def ticket_sessions(port: int, sni: str, n: int) -> tuple:
+    """``n`` full PQ handshakes, each with one GET read to its end: (the client context, the TLS 1.3 sessions
+    their tickets gave). pyOpenSSL resumes a session only on the context that made it; forked client
+    processes inherit both.
+
+    Made before the measurement's CPU window opens (the runner calls this when it builds the cell's
+    function), so that inside it every connection is expected to resume."""
+    from OpenSSL import SSL
+
+    ctx = pqtls.resuming_client_context()
+    out = []
+    for _ in range(n):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            conn = pqtls.client(s, sni, ctx, timeout=5)
+            conn.sendall(RESUMED_REQUEST.format(sni=sni).encode())
+            with contextlib.suppress(Exception):  # to the server's close: the tickets came before the response
+                while conn.recv(65536):
+                    pass
+            conn.set_shutdown(SSL.SENT_SHUTDOWN | SSL.RECEIVED_SHUTDOWN)  # see _resumed_loops' finish()
+            sess = conn.get_session()
+            if sess is None:
+                raise ConnectionError("no TLS session")
+            out.append(sess)  # one without a ticket shows as full handshakes, counted as errors
+    return ctx, out
+
+
+def _resumed_proc(port: int, sni: str, tickets: tuple, body: bytes, t_start: float, t_stop: float, out) -> None:
+    try:
+        out.send(_resumed_loops(port, sni, tickets, body, t_start, t_stop))
+    except Exception as exc:  # said in the cell, not lost with the process
+        out.send(({"failed": 1}, time.time(), f"{type(exc).__name__}: {exc}"[:160]))
+
+
+def _resumed_loops(port: int, sni: str, tickets: tuple, body: bytes, t_start: float, t_stop: float) -> tuple:
+    """One client process: ``len(sessions)`` connection loops multiplexed on one selector. Each loop connects,
+    offers its session (SNI, X25519MLKEM768 only, TLS 1.3: psk_dhe_ke), sends one GET with
+    ``Connection: close``, reads the response to the server's close, keeps the fresh ticket the server sent
+    for the next connection, and starts again until ``t_stop``; loops in flight then finish and count."""
+    from OpenSSL import SSL
+
+    ctx, sessions = tickets
+    request = RESUMED_REQUEST.format(sni=sni).encode()
+    sel = selectors.DefaultSelector()
+    counts = {"resumed": 0, "full": 0, "status": 0, "failed": 0, "other_body": 0}
+    state: dict = {}  # fd -> [slot, sock, conn, phase, buffer]
+    slots = list(sessions)
+
+    def start(slot: int) -> None:
+        s = socket.socket()
+        s.setblocking(False)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        rc = s.connect_ex(("127.0.0.1", port))
+        if rc not in (0, errno.EINPROGRESS):
+            counts["failed"] += 1
+            s.close()
+            return
+        c = SSL.Connection(ctx, s)
+        c.set_tlsext_host_name(sni.encode())
+        c.set_session(slots[slot])
+        c.set_connect_state()
+        state[s.fileno()] = [slot, s, c, "connect", bytearray()]
+        sel.register(s, selectors.EVENT_WRITE)
+
+    def finish(fd: int, ok: bool) -> None:
+        slot, s, c, _phase, buf = state.pop(fd)
+        sel.unregister(s)
+        s.close()
+        if ok:
+            # as s_time does: without SENT_SHUTDOWN, freeing the connection marks its session not resumable
+            # (OpenSSL's ssl_clear_bad_session); no close_notify is sent, the server has closed already
+            c.set_shutdown(SSL.SENT_SHUTDOWN | SSL.RECEIVED_SHUTDOWN)
+        if not ok:
+            counts["failed"] += 1
+        elif not SSL._lib.SSL_session_reused(c._ssl):  # pyOpenSSL has no wrapper for it
+            counts["full"] += 1
+        elif not buf.startswith(b"HTTP/1.1 200"):
+            counts["status"] += 1
+        elif not buf.endswith(body):  # the backend's body: the peer proxied, it did not answer itself
+            counts["other_body"] += 1
+        else:
+            counts["resumed"] += 1
+        sess = c.get_session()  # this connection's fresh ticket (or, without one, the session it resumed)
+        if sess is not None:
+            slots[slot] = sess
+        if time.time() < t_stop:
+            start(slot)
+
+    def step(fd: int) -> None:
+        _slot, s, c, phase, buf = st = state[fd]
+        try:
+            if phase == "connect":
+                if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                    raise ConnectionError("connect failed")
+                st[3] = phase = "handshake"
+            if phase == "handshake":
+                c.do_handshake()
+                c.sendall(request)
+                st[3] = phase = "response"
+            while True:  # to the server's close (Connection: close), decrypted records included
+                data = c.recv(65536)
+                if not data:
+                    break
+                buf += data
+            finish(fd, True)
+            return
+        except SSL.WantReadError:
+            sel.modify(s, selectors.EVENT_READ)
+        except SSL.WantWriteError:
+            sel.modify(s, selectors.EVENT_WRITE)
+        except SSL.ZeroReturnError:  # the server's close_notify
+            finish(fd, True)
+        except SSL.SysCallError as exc:  # a close without close_notify ends the response too, if it is whole
+            finish(fd, phase == "response" and exc.args[0] in (-1, 0) and bool(buf))
+        except Exception:
+            finish(fd, False)
+
+    time.sleep(max(0.0, t_start - time.time()))
+    for slot in range(len(slots)):
+        start(slot)
+    hard_stop = t_stop + 10
+    while state and time.time() < hard_stop:
+        for key, _ in sel.select(1.0):
+            if key.fd in state:
+                step(key.fd)
+    counts["failed"] += len(state)  # stragglers past the hard stop
+    sel.close()
+    return counts, time.time(), ""
+
+
+def resumed_handshakes(port: int, sni: str, tickets: tuple, body: bytes, duration: float, procs: int = 2) -> Sample:
+    """Resumed PQ handshakes/s: ``procs`` processes share ``tickets`` (``ticket_sessions``: one connection
+    loop per session), every
+    connection resuming a ticket and making one proxied GET. Only resumed connections with the backend's
+    200 and body count; a full handshake, another status or body, or a failure is an error."""
+    ctx = mp.get_context("fork")
+    t_start = time.time() + 0.3  # let every process get going before the clock starts
+    t_stop = t_start + duration
+    pipes, workers = [], []
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    for i in range(procs):
+        rx, tx = ctx.Pipe(duplex=False)
+        share = (tickets[0], tickets[1][i::procs])
+        p = ctx.Process(target=_resumed_proc, args=(port, sni, share, body, t_start, t_stop, tx), daemon=True)
+        p.start()
+        pipes.append(rx)
+        workers.append(p)
+    total: dict = {}
+    ended = t_stop
+    why = ""
+    for rx, p in zip(pipes, workers, strict=True):
+        if rx.poll(duration + 30):
+            counts, end, failure = rx.recv()
+            ended = max(ended, end)
+            why = why or failure
+            for k, v in counts.items():
+                total[k] = total.get(k, 0) + v
+        else:
+            total["failed"] = total.get("failed", 0) + 1
+        p.join(5)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the joined client processes: not charged to the peer
+    client_cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+    good = total.get("resumed", 0)
+    errors = sum(v for k, v in total.items() if k != "resumed")
+    if good == 0:
+        return Sample(None, 0, errors, error=why or f"nothing resumed and proxied: {total}")
+    detail = {**total, "seconds": ended - t_start, "client_cpu_ms_per_hs": client_cpu / good * 1e3}
+    return Sample(good / (ended - t_start), good, errors, detail)
 
 
 # ---- WebSocket ---------------------------------------------------------------------------------------------

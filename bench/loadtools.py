@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 import statistics
 import subprocess
@@ -188,26 +187,3 @@ def h2load_handshakes(tc: Toolchain, url: str, n: int, threads: int = 2) -> Samp
     session to resume (h2load resumes on reconnect). Value: handshakes (with their request) per second."""
     res = tc.run(["h2load", "--h1", "--groups", GROUPS, f"-t{threads}", f"-n{n}", f"-c{n}", url], timeout=120)
     return _h2load_rate(res)
-
-
-def s_time_resumed(tc: Toolchain, port: int, duration: float, procs: int = 2) -> Sample:
-    """Resumed TLS 1.3 handshakes/s: ``procs`` concurrent ``openssl s_time -reuse -www /`` (OpenSSL 3.5's
-    default groups lead with X25519MLKEM768). ``-www`` makes each connection read a response, so the
-    session tickets are read too; s_time prints ``r`` per resumed connection and ``*`` per full one."""
-    secs = max(1, math.ceil(duration))
-    argv = ["openssl", "s_time", "-connect", f"127.0.0.1:{port}", "-reuse", "-www", "/", "-time", str(secs)]
-    start = time.monotonic()
-    running = [tc.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(procs)]
-    resumed = full = 0
-    failures = []
-    for proc in running:
-        out, err = proc.communicate(timeout=secs + 60)
-        progress = out.partition("starting\n")[2].partition("\n")[0]  # the per-connection marks
-        resumed += progress.count("r")
-        full += progress.count("*")
-        if proc.returncode != 0:
-            failures.append(f"s_time exit {proc.returncode}: {(err.strip().splitlines() or [''])[-1][:100]}")
-    wall = time.monotonic() - start
-    if failures or resumed == 0:
-        return Sample(None, 0, full, error="; ".join(failures) or f"nothing resumed ({full} full handshakes)")
-    return Sample(resumed / wall, resumed, full, {"resumed_share": resumed / (resumed + full)})

@@ -38,6 +38,15 @@ def client_context(alpn: list[bytes] | None = None) -> SSL.Context:
     return ctx
 
 
+def resuming_client_context() -> SSL.Context:
+    """A client context that keeps what a server's TLS 1.3 NewSessionTicket gives it, for the caller to offer
+    again with ``Connection.set_session`` (psk_dhe_ke: the resumed handshake still runs X25519MLKEM768)."""
+    ctx = _restrict(SSL.Context(SSL.TLS_METHOD))
+    ctx.set_verify(SSL.VERIFY_NONE, lambda *a: True)  # a self-signed bench cert
+    ctx.set_session_cache_mode(SSL.SESS_CACHE_CLIENT)
+    return ctx
+
+
 def server_context(cert: str, key: str) -> SSL.Context:
     ctx = _restrict(SSL.Context(SSL.TLS_METHOD))
     ctx.use_certificate_chain_file(cert)

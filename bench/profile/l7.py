@@ -1,6 +1,7 @@
 """Quick L7 loop for profiling sentin8 alone: backend nginx + WebSocket echo + the sentin8 L7 fleet.
 
-    .venv/bin/python -m bench.profile.l7 --runs 3 --duration 3 [--pyspy out-prefix] [--what wrk,h2,hs,ws]
+    .venv/bin/python -m bench.profile.l7 --runs 3 --duration 3 [--pyspy out-prefix] [--what wrk,h2,hs,res,ws]
+    .venv/bin/python -m bench.profile.l7 --what res --perf /tmp/res.perf    # + perf record -g on one worker
 
 Prints, per run, wrk req/s and sentin8 CPU-µs per request (``h2``: the same over HTTP/2, h2load -c16 -m10),
 h2load full handshakes/s and CPU-ms per handshake, and the WebSocket echo median RTT. Needs root (the PQ
@@ -30,6 +31,17 @@ def _spy(out: str, pid: int) -> subprocess.Popen:
     return proc
 
 
+def _perf(out: str, pid: int) -> subprocess.Popen:
+    """``perf record -g`` (cpu-clock, 999 Hz) on one worker until _stop."""
+    proc = subprocess.Popen(
+        ["perf", "record", "-e", "cpu-clock", "-F", "999", "-g", "-o", out, "-p", str(pid)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)
+    return proc
+
+
 def _stop(spy: subprocess.Popen | None) -> None:
     if spy is not None:
         spy.send_signal(signal.SIGINT)
@@ -43,6 +55,7 @@ def main() -> int:
     ap.add_argument("--what", default="wrk,hs,ws")
     ap.add_argument("--handshakes", type=int, default=2000)
     ap.add_argument("--pyspy", default="", help="record one worker with py-spy during the first wrk run")
+    ap.add_argument("--perf", default="", help="perf record -g one worker during the first resumed run, to this file")
     a = ap.parse_args()
     what = set(a.what.split(","))
     work = Path(tempfile.mkdtemp(prefix="sentin8-prof-"))
@@ -95,6 +108,26 @@ def main() -> int:
                 # where the CPU per handshake goes: workers vs the supervisor, resolver and mgmt processes
                 workers = set(l7.worker_pids())
                 n = max(1, s.count)
+                line.append(
+                    "per process "
+                    + " ".join(
+                        f"{'w' if pid in workers else procs.cmdline(pid).split(':')[-1].strip()[:10]}"
+                        f"={each[pid] / n * 1e3:.3f}"
+                        for pid in pids
+                    )
+                )
+            if "res" in what:  # the bench's resumed row: ticket resumption, one proxied GET per connection
+                tickets = clients.ticket_sessions(l7.l7_port, "bench.test", 32)
+                spy = _spy(a.pyspy + "-res", l7.worker_pids()[0]) if first else None
+                perf = _perf(a.perf, l7.worker_pids()[0]) if run == 0 and a.perf else None
+                each0 = {pid: procs.cpu_seconds([pid]) for pid in pids}
+                s = clients.resumed_handshakes(l7.l7_port, "bench.test", tickets, stack.BODY, a.duration)
+                each = {pid: procs.cpu_seconds([pid]) - t for pid, t in each0.items()}
+                _stop(spy)
+                _stop(perf)
+                n = max(1, s.count)
+                line.append(f"resumed {s.value or 0:6.0f}/s {sum(each.values()) / n * 1e3:5.3f} CPU-ms {s.detail}")
+                workers = set(l7.worker_pids())
                 line.append(
                     "per process "
                     + " ".join(
