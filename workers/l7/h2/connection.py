@@ -94,6 +94,7 @@ class H2Bridge(asyncio.Protocol):
         self._lingered = 0  # bytes read and discarded since the lingering close began
         self.send_deadlines = SendDeadlines(self, loop, cfg.limits.send_timeout_s)
         self._flush_soon = False  # a flush is scheduled for the end of this loop turn
+        self._went_idle = False  # no stream open since the last flush: the engine's idle memory goes after it
 
     # -- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -432,6 +433,10 @@ class H2Bridge(asyncio.Protocol):
                 self._windows_opened()  # what was queued has left within the windows: read the upstreams again
         if self.send_deadlines.stalled:  # with no output too: a finished stream still queued is window-bound
             self.send_deadlines.progress()
+        if self._went_idle:
+            self._went_idle = False
+            if not self.streams:
+                engine.release_idle_memory()  # once per idle spell, after its last frames left
         if engine.ended is not None or (self._final_sent and not self.streams):
             self._close()  # after the last bytes: the transport writes them, then close_notify
 
@@ -464,6 +469,7 @@ class H2Bridge(asyncio.Protocol):
     def _arm_idle(self) -> None:
         if self._closing or self.draining:
             return
+        self._went_idle = True
         self._cancel_timer()
         self._timer = self.loop.call_later(self._idle_timeout, self._idle_over)
 
