@@ -166,13 +166,14 @@ class RecordIO:
     handshake steps too (``handshake``); everything else stays on the public pyOpenSSL API.
     """
 
-    __slots__ = ("_conn", "_from", "_into", "_ssl")
+    __slots__ = ("_conn", "_fed_big", "_from", "_into", "_ssl")
 
     def __init__(self, conn: SSL.Connection) -> None:
         self._conn = conn
         self._ssl = conn._ssl
         self._into = conn._into_ssl
         self._from = conn._from_ssl
+        self._fed_big = False  # a feed above _RENEW_ABOVE grew the incoming BIO since it was last renewed
 
     def handshake(self) -> bool:
         """One handshake step: True once complete, False when OpenSSL needs more ciphertext (no
@@ -182,12 +183,18 @@ class RecordIO:
         if n <= 0 and _lib.SSL_get_error(self._ssl, n) == _WANT_READ:
             return False
         self._conn._raise_ssl_error(self._ssl, n)  # what do_handshake does: raises unless all is well
+        release_key_shares(self._ssl)
+        if not _lib.BIO_get_mem_data(self._into, _ffi.NULL):
+            self._renew_into()  # the handshake's flights (a ~1.6 KB PQ ClientHello) are read: its buffer goes
         return True
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        """Ciphertext from the peer into the incoming BIO (a memory BIO takes everything)."""
+        """Ciphertext from the peer into the incoming BIO (a memory BIO takes everything). After a feed of more
+        than ``_RENEW_ABOVE`` bytes, the next ``read`` that empties the BIO renews it (``_renew_into``)."""
         if _lib.BIO_write(self._into, _ffi.from_buffer(data), len(data)) <= 0 and len(data):
             self._conn.bio_write(data)  # never expected: let pyOpenSSL build the error
+        if len(data) > _RENEW_ABOVE:
+            self._fed_big = True
 
     def read(self) -> bytes | None:
         """One record's plaintext; None when OpenSSL needs more ciphertext. Raises ``SSL.ZeroReturnError``
@@ -197,6 +204,8 @@ class RecordIO:
         if n > 0:
             return _ffi.buffer(buf, n)[:]
         if _lib.SSL_get_error(self._ssl, n) == _WANT_READ:
+            if self._fed_big and not _lib.BIO_get_mem_data(self._into, _ffi.NULL):
+                self._renew_into()
             return None
         self._conn._raise_ssl_error(self._ssl, n)  # raises (ZeroReturnError, SysCallError, Error)
         raise SSL.Error("SSL_read failed")
@@ -242,10 +251,109 @@ class RecordIO:
         self._from = bio
         self._conn._from_ssl = bio
 
+    def _renew_into(self) -> None:
+        """A fresh incoming memory BIO in place of the emptied one, for the same reason as ``_renew_out``: the
+        PQ ClientHello (~1.6 KB, its X25519MLKEM768 share) left ~1.8 KiB in every connection's incoming BIO
+        for its life, and a request body read in 64 KiB slices ~85 KiB. Called only when the BIO holds no
+        byte: OpenSSL has read everything into its record layer, so nothing is lost. ``SSL_set_bio`` with a new
+        read BIO and the same write BIO frees the old read BIO."""
+        self._fed_big = False
+        bio = _lib.BIO_new(_lib.BIO_s_mem())
+        if bio == _ffi.NULL:
+            return  # out of memory: keep the old one, which works
+        _lib.SSL_set_bio(self._ssl, bio, self._from)
+        self._into = bio
+        self._conn._into_ssl = bio
+
 
 _lib = SSL._lib
 _ffi = SSL._ffi
 _WANT_READ = SSL._lib.SSL_ERROR_WANT_READ
+
+
+# -- the handshake's key shares, freed once it is done ---------------------------------------------------
+#
+# OpenSSL keeps the peer's key share (``s->s3.peer_tmp``) and our own ephemeral key (``s->s3.tmp.pkey``) until
+# SSL_free: nothing reads them once the handshake has derived its secrets (the group's name is kept apart, in
+# ``s3.group_id``; TLS 1.3 has no renegotiation), but for X25519MLKEM768 the client's share is an ML-KEM-768
+# public key with its expanded matrix: measured 7.0 KiB per idle server connection (malloc'd, in-process, 1,000
+# connections: 30.7 -> 23.7 KiB), for the connection's whole life; nginx keeps it too. OpenSSL has no call to
+# drop them, so ``release_key_shares`` does what ``ssl3_free`` does for these two fields: it finds each one's
+# slot in the connection struct, proven as ``openssl_private`` proves addresses (never a guess): the key comes
+# from ``SSL_get_peer_tmp_key`` / ``SSL_get_tmp_key`` (SSL_ctrl 109 / 133, which take a reference); the slot
+# is the only word of the struct's first ``_SCAN_BYTES`` that holds that pointer, found once per process on
+# the first connection that has the key, and every connection's slot is checked to hold its own key before it
+# is cleared and the key freed. Anything unexpected (a symbol missing, no slot or two) leaves the keys where
+# they are, as before, said once in the log.
+_CTRL_GET_PEER_TMP_KEY = 109  # SSL_CTRL_GET_PEER_TMP_KEY
+_CTRL_GET_TMP_KEY = 133  # SSL_CTRL_GET_TMP_KEY
+_SCAN_BYTES = 4096  # the slots sit at ~1.2 KB of the ~6 KB SSL_CONNECTION (OpenSSL 3.x/4.0); the scan stays inside
+_WORD = ctypes.sizeof(ctypes.c_void_p)
+
+
+class _KeyShares:
+    """The calls and the proven slots of ``release_key_shares`` (one per process)."""
+
+    def __init__(self) -> None:
+        found = openssl_private.resolve(("SSL_ctrl", "EVP_PKEY_free"))
+        self.usable = found is not None
+        self.slots: dict[int, int | None] = {}  # ctrl -> byte offset of its field (None: not provable)
+        if found is None:
+            log.warning("TLS: SSL_ctrl/EVP_PKEY_free are not reachable; handshake key shares stay until close")
+            return
+        self.ctrl = openssl_private.function(
+            found["SSL_ctrl"], ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p
+        )
+        self.free = openssl_private.function(found["EVP_PKEY_free"], None, ctypes.c_void_p)
+
+    def release(self, ssl: int, ctrl: int) -> bool:
+        """Free the key behind ``ctrl`` on the connection at ``ssl``; True when one was freed."""
+        key = ctypes.c_void_p()
+        if self.ctrl(ssl, ctrl, 0, ctypes.byref(key)) != 1 or not key.value:
+            return False
+        pointer = key.value
+        try:
+            slot = self.slots.get(ctrl, -1)
+            if slot == -1:
+                slot = self.slots[ctrl] = self._find(ssl, pointer, ctrl)
+            if slot is None:
+                return False
+            field = ctypes.c_void_p.from_address(ssl + slot)
+            if field.value != pointer:
+                return False  # not where it was proven: leave it
+            field.value = None
+            self.free(pointer)  # the connection's reference (ssl3_free's EVP_PKEY_free)
+            return True
+        finally:
+            self.free(pointer)  # the reference SSL_ctrl gave us
+
+    @staticmethod
+    def _find(ssl: int, pointer: int, ctrl: int) -> int | None:
+        words = (ctypes.c_uint64 * (_SCAN_BYTES // _WORD)).from_address(ssl)
+        hits = [i * _WORD for i, w in enumerate(words) if w == pointer]
+        if len(hits) != 1:
+            log.warning(
+                "TLS: the key share's slot (SSL_ctrl %d) is not provable (%d matches); it stays", ctrl, len(hits)
+            )
+            return None
+        return hits[0]
+
+
+@functools.cache
+def _key_shares() -> _KeyShares:
+    return _KeyShares()
+
+
+def release_key_shares(ssl: object) -> int:
+    """After a completed handshake: free the peer's key share and our ephemeral key (see above); how many were
+    freed (0 when the layout could not be proven, or a resumption without key exchange had none)."""
+    shares = _key_shares()
+    if not shares.usable:
+        return 0
+    address = openssl_private.pointer_of(ssl)
+    return shares.release(address, _CTRL_GET_PEER_TMP_KEY) + shares.release(address, _CTRL_GET_TMP_KEY)
+
+
 _SCRATCH = 65536  # one record is at most 16 KiB of plaintext; output flights can be larger (looped)
 _RENEW_ABOVE = 4096  # a drain above this renews the outgoing BIO: small responses keep theirs (~5 KiB at most)
 _local = threading.local()  # cffi releases the GIL in calls: one scratch buffer per thread, copied out at once

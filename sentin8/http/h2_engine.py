@@ -54,6 +54,7 @@ from .h2_events import (
     WindowOpened,
 )
 from .h2_limits import H2Limits
+from .nghttp2_private import release_framebuf
 
 # The engine refuses every field name and value that RFC 9113 §8.2.1 forbids, exactly as
 # ``h2_request.map_request`` would (pinned by tests/test_h2_engine.py): the mapping may skip those checks.
@@ -465,6 +466,13 @@ class ServerConnection:
             self._translate(raw, self._late)
             self.events_waiting = bool(self._late)
         return out
+
+    def release_idle_memory(self) -> int:
+        """Once everything is sent and no stream is open: give the engine's 16 KiB frame buffer back to the
+        kernel (``nghttp2_private``); the bytes released. The next frame maps it in again."""
+        if self._dead:
+            return 0
+        return release_framebuf(self._c)
 
     def take_events(self) -> list[Event]:
         """Events produced while sending (a stream the engine failed, the connection's end)."""
