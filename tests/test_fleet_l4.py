@@ -466,3 +466,33 @@ def test_out_of_descriptors_pauses_accept_instead_of_spinning(backend_factory, f
         for s in held:
             s.close()
     wait_until(lambda: _routes(fleet.port, "alpha.test"), 10, 0.2, what="accepting again")
+
+
+def test_a_refused_hello_lingers_so_a_client_still_sending_reads_the_alert_and_a_fin(backend_factory, fleet_factory):
+    """A hello over limits.peek_max_bytes is refused (an alert, then a FIN) while the client may still be
+    sending: a socket closed with unread bytes answers with a reset instead of a FIN, and the reset can destroy
+    the alert before the client reads it (CI saw `alert + reset` for a 40 KB hello once). The refused socket
+    lingers: our FIN first, the peer's last bytes read and discarded (up to 1 MiB), then the close. Here the
+    client sends more than the refusal's own read takes (256 KiB) before it reads anything."""
+    import threading
+
+    a = backend_factory("a", "alpha.test")
+    fleet = fleet_factory(two_services(a, a), workers=1)
+    record = b"\x16\x03\x01\x40\x00" + b"\x01" + b"\x00" * (0x4000 - 1)  # one 16 KiB handshake record
+    with socket.create_connection(("127.0.0.1", fleet.port), timeout=10) as s:
+        failed: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                s.sendall(record * 3 + b"\x00" * (400 * 1024))  # over the 32 KiB cap, then still sending
+            except OSError as exc:
+                failed.append(exc)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        sender.join(10)
+        got = b""
+        while chunk := s.recv(4096):  # ConnectionResetError without the linger
+            got += chunk
+        assert got.startswith(b"\x15\x03") and len(got) == 7, got  # one fatal alert, then our FIN
+        assert not failed, failed

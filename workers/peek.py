@@ -42,7 +42,7 @@ def _refused(refusal: Refusal) -> PeekFailed:
     return PeekFailed(refusal.name or "", refusal)
 
 
-_DRAIN_MAX = 256 * 1024  # a peer still sending after this much is flooding: its close may be a reset
+_DRAIN_MAX = 256 * 1024  # read before the alert; the lingering close (socket_linger.py) reads the rest
 
 
 def _refuse(sock: socket.socket, alert: bytes) -> None:

@@ -43,6 +43,7 @@ from .l7.h2.connection import H2Bridge
 from .l7_context import WorkerL7Context
 from .listener import bind_reuseport
 from .peek import PeekFailed, peek_client_hello, read_proxy_header, refuse_hello
+from .socket_linger import SocketLinger
 from .tls_layer import TLSServerProtocol
 
 ACCEPT_BATCH = 64
@@ -119,6 +120,7 @@ class Worker:
 
     async def _main(self) -> int:
         self.loop = asyncio.get_running_loop()
+        self.lingering = SocketLinger(self.loop)  # refused sockets: FIN, then the peer's last bytes, then close
         self.stopped = self.loop.create_future()
         self.l7 = WorkerL7Context(
             self.cfg, self.loop, self.counters, self.backends, self.policy, self.policy_values, self.index
@@ -154,6 +156,7 @@ class Worker:
         event("worker_listening", worker=self.index, listeners=len(self.listeners))  # a respawn shows as this too
         code = await self.stopped
         self.pipes.close()
+        self.lingering.close_all()
         self.l7.pool.close()
         self.l7.gate.close()
         return code
@@ -304,7 +307,7 @@ class Worker:
             event("connection_error", "error", worker=self.index, error=type(exc).__name__, where=where)
         finally:
             if not handed_off:
-                conn.close()
+                self.lingering.close(conn)  # a reset could destroy the alert or FIN before the peer reads it
                 hold.release()  # with its cap place; a no-op when a half-done hand-off already released it
 
     def _peek_failed(self, exc: PeekFailed) -> None:
