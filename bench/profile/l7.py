@@ -42,6 +42,14 @@ def _perf(out: str, pid: int) -> subprocess.Popen:
     return proc
 
 
+def _per_process(each: dict[int, float], pids: list[int], workers: set[int], n: int) -> str:
+    """CPU-ms per unit of each fleet process: the workers ('w') beside the supervisor, resolver and mgmt."""
+    return "per process " + " ".join(
+        f"{'w' if pid in workers else procs.cmdline(pid).split(':')[-1].strip()[:10]}={each[pid] / n * 1e3:.3f}"
+        for pid in pids
+    )
+
+
 def _stop(spy: subprocess.Popen | None) -> None:
     if spy is not None:
         spy.send_signal(signal.SIGINT)
@@ -108,14 +116,7 @@ def main() -> int:
                 # where the CPU per handshake goes: workers vs the supervisor, resolver and mgmt processes
                 workers = set(l7.worker_pids())
                 n = max(1, s.count)
-                line.append(
-                    "per process "
-                    + " ".join(
-                        f"{'w' if pid in workers else procs.cmdline(pid).split(':')[-1].strip()[:10]}"
-                        f"={each[pid] / n * 1e3:.3f}"
-                        for pid in pids
-                    )
-                )
+                line.append(_per_process(each, pids, workers, n))
             if "res" in what:  # the bench's resumed row: ticket resumption, one proxied GET per connection
                 tickets = clients.ticket_sessions(l7.l7_port, "bench.test", 32)
                 spy = _spy(a.pyspy + "-res", l7.worker_pids()[0]) if first else None
@@ -128,14 +129,7 @@ def main() -> int:
                 n = max(1, s.count)
                 line.append(f"resumed {s.value or 0:6.0f}/s {sum(each.values()) / n * 1e3:5.3f} CPU-ms {s.detail}")
                 workers = set(l7.worker_pids())
-                line.append(
-                    "per process "
-                    + " ".join(
-                        f"{'w' if pid in workers else procs.cmdline(pid).split(':')[-1].strip()[:10]}"
-                        f"={each[pid] / n * 1e3:.3f}"
-                        for pid in pids
-                    )
-                )
+                line.append(_per_process(each, pids, workers, n))
             if "ws" in what:
                 s = clients.ws_echo(l7.l7_port, "ws.bench.test", True, a.duration)
                 line.append(f"ws {s.value or 0:6.1f} us")
