@@ -123,13 +123,16 @@ class Load:
 
         def one_shot() -> None:
             client = None
+            phase, t0 = "connect", time.monotonic()
             try:
                 client = PQClient(connect(), sni)
+                phase = "handshake"
                 client.handshake()
+                phase = "request"
                 check(client.request(request))
                 self._ok("l7_new")
             except Exception as exc:  # every failure is the client's failure
-                self._error("l7_new", exc)
+                self._error("l7_new", f"{exc!r} in {phase} after {time.monotonic() - t0:.3f} s")
             finally:
                 if client is not None:
                     client.close()
