@@ -58,6 +58,7 @@ MODULES = (
     "workers.l7.h1.tunnel",
     "workers.l7.h1.writer",
     "workers.l7.h2.connection",
+    "workers.l7.h2.lifecycle",
     "workers.l7.h2.stream",
     # the worker's side of a request: TLS records, the upstream connection, deadlines, the L7 context
     "workers.deadline",
