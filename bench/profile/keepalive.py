@@ -1,10 +1,11 @@
 """The proxy's own CPU for one keep-alive GET, in one process: pure Python against the compiled build.
 
-    .venv/bin/python -m bench.profile.keepalive [--requests 20000] [--rounds 5] [--plain]
+    .venv/bin/python -m bench.profile.keepalive [--requests 20000] [--rounds 5] [--plain | --h2 M]
     SENTIN8_PURE=1 .venv/bin/python -m bench.profile.keepalive ...      the same, on the .py files
 
 The worker's path of a request, on loopback sockets: the PQ TLS layer (``workers.tls_layer``, ML-DSA-65 and
-X25519MLKEM768; ``--plain``: the h1 bridge on plain TCP), the h1 bridge, admission, the exchange and its
+X25519MLKEM768; ``--plain``: the h1 bridge on plain TCP; ``--h2 M``: the h2 bridge on plain TCP, prior
+knowledge, ``M`` concurrent streams as ``h2load -m M``), the h1 bridge, admission, the exchange and its
 relay, the pooled upstream connection, and the per-request accounting into real ``WorkerCounters`` (the
 worker's ``request_done`` and ``inflight`` calls). The proxy runs alone in this process on uvloop; the client
 (pyOpenSSL on a blocking socket, one connection, sequential GETs) and the backend (a blocking socket answering
@@ -37,9 +38,11 @@ import sentin8
 from bench import pqtls
 from sentin8 import certpair, routing, tls
 from sentin8.config import Config, Limits, Upstream
+from sentin8.http.h2_engine import ClientConnection
 from sentin8.routing import Instance, Route
 from sentin8.shm.counters import WorkerCounters, region_bytes
 from workers.l7 import Exchange, L7Bridge, RequestInfo
+from workers.l7.h2.connection import H2Bridge
 from workers.tls_layer import TLSServerProtocol
 from workers.upstream import UpstreamPool
 
@@ -134,13 +137,15 @@ class Proxy:
     """The proxy in this process's main thread; the backend and the client are child processes, so this
     process's CPU time (``time.process_time``, user + system) is the proxy's alone."""
 
-    def __init__(self, plain: bool, backend_port: int) -> None:
+    def __init__(self, plain: bool, backend_port: int, h2: bool = False) -> None:
         self.loop = uvloop.new_event_loop()
         asyncio.set_event_loop(self.loop)
         self.ctx = Context(self.loop, backend_port)
         front = None if plain else tls.server_context(server_cert())
 
         def factory() -> asyncio.Protocol:
+            if h2:  # prior knowledge on plain TCP: the h2 bridge's own cost (the worker serves h2 by ALPN only)
+                return H2Bridge(self.ctx, self.loop, None, "https")  # type: ignore[arg-type]
             if front is None:
                 return L7Bridge(self.ctx, self.loop, None, "http")
             return TLSServerProtocol(front, lambda: L7Bridge(self.ctx, self.loop, None, "https"), loop=self.loop)
@@ -190,14 +195,58 @@ class Client:
             self.buf += data
 
 
-def run_client(port: int, plain: bool, control: socket.socket, requests: int, rounds: int) -> None:
-    client = Client(port, plain)
-    for _ in range(500):  # warm-up: the pooled upstream connection, caches, the allocator
-        client.get()
+class H2Client:
+    """One h2 connection (prior knowledge, plain TCP), ``streams`` concurrent GETs at a time (h2load -m)."""
+
+    FIELDS = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", HOST.encode()), (b":path", b"/"),
+              (b"user-agent", b"h2load/1.64"), (b"accept", b"*/*")]  # fmt: skip
+
+    PER_CONNECTION = 900  # below the proxy's streams-per-connection cap (1000, then GOAWAY): reconnect before
+
+    def __init__(self, port: int, streams: int) -> None:
+        self.port = port
+        self.streams = streams
+        self._connect()
+
+    def _connect(self) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", self.port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.conn = ClientConnection()
+        self.opened = 0
+
+    def batch(self) -> None:
+        if self.opened + self.streams > self.PER_CONNECTION:
+            self.sock.close()
+            self._connect()
+        self.opened += self.streams
+        sids = [self.conn.request(self.FIELDS) for _ in range(self.streams)]
+        self.sock.sendall(self.conn.data_to_send())
+        responses = self.conn.responses
+        while not all(responses[sid].done for sid in sids):
+            data = self.sock.recv(65536)
+            if not data or self.conn.ended is not None:
+                raise EOFError(f"the proxy closed the connection ({self.conn.ended})")
+            self.conn.receive(data)
+            out = self.conn.data_to_send()  # SETTINGS and WINDOW_UPDATE acknowledgements
+            if out:
+                self.sock.sendall(out)
+        for sid in sids:
+            r = responses.pop(sid)
+            assert r.status == 200 and len(r.body) == len(BODY), (r.status, r.reset)
+
+
+def run_client(port: int, plain: bool, control: socket.socket, requests: int, rounds: int, h2: int = 0) -> None:
+    if h2:
+        h2c = H2Client(port, h2)
+        get, per = h2c.batch, h2  # one call answers ``h2`` requests
+    else:
+        get, per = Client(port, plain).get, 1
+    for _ in range(max(1, 500 // per)):  # warm-up: the pooled upstream connections, caches, the allocator
+        get()
     for _ in range(rounds):
         control.sendall(b"s")
-        for _ in range(requests):
-            client.get()
+        for _ in range(max(1, requests // per)):
+            get()
         control.sendall(b"e")
     control.sendall(b"q")
 
@@ -214,6 +263,13 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--plain", action="store_true", help="plain TCP to the bridge: no TLS layer")
+    ap.add_argument(
+        "--h2",
+        type=int,
+        default=0,
+        metavar="M",
+        help="HTTP/2 (prior knowledge, plain TCP) with M concurrent streams, as h2load -m M",
+    )
     ap.add_argument("--role", default="proxy", help=argparse.SUPPRESS)
     ap.add_argument("--fd", type=int, default=-1, help=argparse.SUPPRESS)
     ap.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
@@ -222,14 +278,17 @@ def main() -> int:
         serve_backend(socket.socket(fileno=a.fd))
         return 0
     if a.role == "client":
-        run_client(int(a.rest[0]), a.plain, socket.socket(fileno=a.fd), a.requests, a.rounds)
+        run_client(int(a.rest[0]), a.plain, socket.socket(fileno=a.fd), a.requests, a.rounds, a.h2)
         return 0
     srv = socket.create_server(("127.0.0.1", 0))
     backend_proc = child("backend", srv.fileno())
-    proxy = Proxy(a.plain, srv.getsockname()[1])
+    if a.h2:
+        a.plain = True
+        a.requests -= a.requests % a.h2  # whole batches: the figure is per request answered
+    proxy = Proxy(a.plain, srv.getsockname()[1], h2=a.h2 > 0)
     srv.close()
     mine, theirs = socket.socketpair()
-    extra = ["--plain"] if a.plain else []
+    extra = (["--plain"] if a.plain else []) + (["--h2", str(a.h2)] if a.h2 else [])
     client_proc = child("client", theirs.fileno(), "--requests", a.requests, "--rounds", a.rounds, *extra, proxy.port)
     theirs.close()
     marks = proxy.measure(mine)
@@ -239,7 +298,7 @@ def main() -> int:
     spans = [(marks[i], marks[i + 1]) for i in range(0, len(marks), 2)]
     per = [(b[0] + b[1] - a_[0] - a_[1]) / a.requests * 1e6 for a_, b in spans]
     user = [(b[0] - a_[0]) / a.requests * 1e6 for a_, b in spans]
-    what = "plain h1" if a.plain else "PQ TLS h1"
+    what = f"plain h2 -m{a.h2}" if a.h2 else "plain h1" if a.plain else "PQ TLS h1"
     print(
         f"{sentin8.BUILD:8} {what}: proxy CPU per keep-alive GET median {statistics.median(per):.1f} µs "
         f"(best {min(per):.1f}), of it user {statistics.median(user):.1f} µs (best {min(user):.1f}); "
