@@ -60,8 +60,11 @@ class Context:
     """The ``L7Context`` a worker gives its bridges (``workers.l7_context.WorkerL7Context``), reduced to what a
     plain keep-alive GET touches: a routing table, real shared-memory counters, no policy, no WAF."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, backend_port: int) -> None:
-        self.cfg = Config(limits=Limits(), upstream=Upstream(pool_max_idle_per_instance=8))
+    def __init__(self, loop: asyncio.AbstractEventLoop, backend_port: int, concurrency: int = 1) -> None:
+        # as many idle upstream connections as requests in flight: every request takes a warm one, as in the
+        # side-by-side bench (its pool, 128 per worker, holds h2load -m10's 80 streams per worker)
+        idle = max(8, concurrency)
+        self.cfg = Config(limits=Limits(), upstream=Upstream(pool_max_idle_per_instance=idle))
         self.pool = UpstreamPool.from_config(loop, self.cfg)
         instances = [Instance(id="web-0", service="web", host="127.0.0.1", port=backend_port)]
         self.table = routing.build([Route(hostname=HOST, service="web")], instances, built_at=0.0)
@@ -137,10 +140,10 @@ class Proxy:
     """The proxy in this process's main thread; the backend and the client are child processes, so this
     process's CPU time (``time.process_time``, user + system) is the proxy's alone."""
 
-    def __init__(self, plain: bool, backend_port: int, h2: bool = False) -> None:
+    def __init__(self, plain: bool, backend_port: int, h2: int = 0) -> None:
         self.loop = uvloop.new_event_loop()
         asyncio.set_event_loop(self.loop)
-        self.ctx = Context(self.loop, backend_port)
+        self.ctx = Context(self.loop, backend_port, concurrency=h2)
         front = None if plain else tls.server_context(server_cert())
 
         def factory() -> asyncio.Protocol:
@@ -285,7 +288,7 @@ def main() -> int:
     if a.h2:
         a.plain = True
         a.requests -= a.requests % a.h2  # whole batches: the figure is per request answered
-    proxy = Proxy(a.plain, srv.getsockname()[1], h2=a.h2 > 0)
+    proxy = Proxy(a.plain, srv.getsockname()[1], h2=a.h2)
     srv.close()
     mine, theirs = socket.socketpair()
     extra = (["--plain"] if a.plain else []) + (["--h2", str(a.h2)] if a.h2 else [])
