@@ -63,6 +63,7 @@ MODULES = (
     # the worker's side of a request: TLS records, the upstream connection, deadlines, the L7 context
     "workers.deadline",
     "workers.l7_context",
+    "workers.task_timeout",
     "workers.tls_layer",
     "workers.tls_transport",
     "workers.upstream",

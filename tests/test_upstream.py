@@ -148,7 +148,6 @@ def test_a_closed_connection_fires_nothing(silent_backend):
     run(main())
 
 
-
 def test_a_pooled_connection_the_backend_closed_is_not_handed_out_before_the_loop_sees_the_close():
     """A backend's keep-alive timeout closes an idle pooled connection; its FIN is in the kernel, the loop has
     not polled since (it is busy with the very request about to take a connection). ``acquire`` must not hand
@@ -191,3 +190,35 @@ def test_a_pooled_connection_the_backend_closed_is_not_handed_out_before_the_loo
         srv.close()
         for c in accepted.values():
             c.close()
+
+
+def test_connect_to_a_backend_that_never_answers_times_out_and_leaves_the_task_uncancelled():
+    """A listener whose accept queue is full drops new SYNs: the connect hangs until connect_timeout_s."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(4):  # beyond the queue's room: later SYNs go unanswered
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            fillers.append(s)
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            pool = UpstreamPool(loop, connect_timeout_s=0.3)
+            t0 = loop.time()
+            with pytest.raises(TimeoutError):
+                await pool.connect(Instance("b-1", "b", "127.0.0.1", port))
+            took = loop.time() - t0
+            assert 0.3 <= took < 3.0
+            task = asyncio.current_task()
+            assert task is not None and task.cancelling() == 0
+
+        run(main())
+    finally:
+        for s in fillers:
+            s.close()
+        srv.close()

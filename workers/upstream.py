@@ -25,6 +25,7 @@ from sentin8.routing import Instance
 
 from . import deadline
 from .deadline import Deadline
+from .task_timeout import TaskTimeout
 from .unread import peer_spoke
 
 WRITE_HIGH_WATER = 64 * 1024
@@ -263,9 +264,10 @@ class UpstreamPool:
                 transport.abort()
                 raise
 
-        # asyncio.timeout, not wait_for: wait_for runs open_() as a task of its own (one more task per connect)
+        # TaskTimeout (asyncio.timeout's contract at a fraction of its cost), not wait_for: wait_for runs
+        # open_() as a task of its own (one more task per connect)
         try:
-            async with asyncio.timeout(self.connect_timeout_s):
+            with TaskTimeout(self.loop, self.connect_timeout_s):
                 await open_()
         except BaseException:
             conn.close()  # never connected, or not usable: it ends here like any other connection
