@@ -1,6 +1,6 @@
 """The proxy's own CPU for one keep-alive GET, in one process: pure Python against the compiled build.
 
-    .venv/bin/python -m bench.profile.keepalive [--requests 20000] [--rounds 5] [--plain | --h2 M]
+    .venv/bin/python -m bench.profile.keepalive [--requests 20000] [--rounds 5] [--plain | --h2 M [--pool N]]
     SENTIN8_PURE=1 .venv/bin/python -m bench.profile.keepalive ...      the same, on the .py files
 
 The worker's path of a request, on loopback sockets: the PQ TLS layer (``workers.tls_layer``, ML-DSA-65 and
@@ -60,10 +60,11 @@ class Context:
     """The ``L7Context`` a worker gives its bridges (``workers.l7_context.WorkerL7Context``), reduced to what a
     plain keep-alive GET touches: a routing table, real shared-memory counters, no policy, no WAF."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, backend_port: int, concurrency: int = 1) -> None:
-        # as many idle upstream connections as requests in flight: every request takes a warm one, as in the
-        # side-by-side bench (its pool, 128 per worker, holds h2load -m10's 80 streams per worker)
-        idle = max(8, concurrency)
+    def __init__(self, loop: asyncio.AbstractEventLoop, backend_port: int, concurrency: int = 1, pool: int = 0) -> None:
+        # by default as many idle upstream connections as requests in flight: every request takes a warm one, as
+        # in the side-by-side bench at -m10 (its pool, 128 per worker, holds h2load -m10's 80 streams per worker);
+        # ``pool`` below the concurrency makes requests connect anew, as -m100's 800 streams per worker do
+        idle = pool or max(8, concurrency)
         self.cfg = Config(limits=Limits(), upstream=Upstream(pool_max_idle_per_instance=idle))
         self.pool = UpstreamPool.from_config(loop, self.cfg)
         instances = [Instance(id="web-0", service="web", host="127.0.0.1", port=backend_port)]
@@ -140,10 +141,10 @@ class Proxy:
     """The proxy in this process's main thread; the backend and the client are child processes, so this
     process's CPU time (``time.process_time``, user + system) is the proxy's alone."""
 
-    def __init__(self, plain: bool, backend_port: int, h2: int = 0) -> None:
+    def __init__(self, plain: bool, backend_port: int, h2: int = 0, pool: int = 0) -> None:
         self.loop = uvloop.new_event_loop()
         asyncio.set_event_loop(self.loop)
-        self.ctx = Context(self.loop, backend_port, concurrency=h2)
+        self.ctx = Context(self.loop, backend_port, concurrency=h2, pool=pool)
         front = None if plain else tls.server_context(server_cert())
 
         def factory() -> asyncio.Protocol:
@@ -273,6 +274,13 @@ def main() -> int:
         metavar="M",
         help="HTTP/2 (prior knowledge, plain TCP) with M concurrent streams, as h2load -m M",
     )
+    ap.add_argument(
+        "--pool",
+        type=int,
+        default=0,
+        metavar="N",
+        help="idle upstream connections kept (default: as many as requests in flight)",
+    )
     ap.add_argument("--role", default="proxy", help=argparse.SUPPRESS)
     ap.add_argument("--fd", type=int, default=-1, help=argparse.SUPPRESS)
     ap.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
@@ -288,7 +296,7 @@ def main() -> int:
     if a.h2:
         a.plain = True
         a.requests -= a.requests % a.h2  # whole batches: the figure is per request answered
-    proxy = Proxy(a.plain, srv.getsockname()[1], h2=a.h2)
+    proxy = Proxy(a.plain, srv.getsockname()[1], h2=a.h2, pool=a.pool)
     srv.close()
     mine, theirs = socket.socketpair()
     extra = (["--plain"] if a.plain else []) + (["--h2", str(a.h2)] if a.h2 else [])
