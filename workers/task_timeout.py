@@ -1,8 +1,8 @@
 """``asyncio.timeout``'s contract for the data path, without its price.
 
 ``async with asyncio.timeout(s)`` runs two Python-level coroutines (``__aenter__``, ``__aexit__``) around the
-block: ~25k of the ~118k user-space instructions of a new upstream connection (callgrind,
-``bench.profile.keepalive --h2 100`` with a small pool). ``TaskTimeout`` is a plain context manager doing the
+block: ~15k of the ~100k user-space instructions of a new upstream connection (callgrind,
+``bench.profile.keepalive --h2 100 --pool 16``; bench/README.md). ``TaskTimeout`` is a plain context manager doing the
 same thing with one loop timer: past the delay it cancels the task running the block, and the block's
 ``CancelledError`` leaves it as ``TimeoutError``. A cancel from elsewhere in the meantime (the exchange given
 up, a worker stopping) still leaves as ``CancelledError``: the task's cancel count (``Task.cancelling`` /
