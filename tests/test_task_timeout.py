@@ -27,7 +27,7 @@ def test_expiry_ends_the_block_with_timeout_error_and_leaves_the_task_uncancelle
         t0 = loop.time()
         with pytest.raises(TimeoutError), TaskTimeout(loop, 0.05):
             await never
-        assert loop.time() - t0 >= 0.05
+        assert loop.time() - t0 >= 0.045  # not before its delay (uvloop's clock and timers have 1 ms steps)
         task = asyncio.current_task()
         assert task is not None and task.cancelling() == 0
         await asyncio.sleep(0)  # no cancel left pending for the next await either

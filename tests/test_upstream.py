@@ -213,7 +213,7 @@ def test_connect_to_a_backend_that_never_answers_times_out_and_leaves_the_task_u
             with pytest.raises(TimeoutError):
                 await pool.connect(Instance("b-1", "b", "127.0.0.1", port))
             took = loop.time() - t0
-            assert 0.3 <= took < 3.0
+            assert 0.3 - 0.02 <= took < 3.0  # uvloop: 1 ms clock steps
             task = asyncio.current_task()
             assert task is not None and task.cancelling() == 0
 
