@@ -12,14 +12,6 @@ import uvloop
 from workers.task_timeout import TaskTimeout
 
 
-def run(coro):
-    loop = uvloop.new_event_loop()
-    try:
-        return loop.run_until_complete(coro)
-    finally:
-        loop.close()
-
-
 def test_expiry_ends_the_block_with_timeout_error_and_leaves_the_task_uncancelled():
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -32,7 +24,7 @@ def test_expiry_ends_the_block_with_timeout_error_and_leaves_the_task_uncancelle
         assert task is not None and task.cancelling() == 0
         await asyncio.sleep(0)  # no cancel left pending for the next await either
 
-    run(main())
+    uvloop.run(main())
 
 
 def test_a_block_done_in_time_is_untouched_and_its_timer_gone():
@@ -46,7 +38,7 @@ def test_a_block_done_in_time_is_untouched_and_its_timer_gone():
         await asyncio.sleep(0.1)  # past the delay: a timer left armed would cancel this sleep
         assert not timeout._expired
 
-    run(main())
+    uvloop.run(main())
 
 
 def test_a_cancel_from_elsewhere_stays_a_cancel():
@@ -70,7 +62,7 @@ def test_a_cancel_from_elsewhere_stays_a_cancel():
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    run(main())
+    uvloop.run(main())
 
 
 def test_outside_a_task_it_refuses():
