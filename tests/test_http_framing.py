@@ -16,6 +16,7 @@ from sentin8.http.framing import (
     HeadError,
     RequestHead,
     error_response,
+    measured_budget,
     request_head,
     request_line_is_http,
     response_head,
@@ -362,3 +363,14 @@ def test_rtsp_and_ice_request_lines_are_not_http(raw, method, url):
 )
 def test_http_request_lines_pass(raw, method, url):
     assert request_line_is_http(raw, method, url)
+
+
+def test_measured_budget_counts_a_field_list_as_add_does():
+    """An h2 request's fields are measured in one call: the same count and size as one ``add`` per field."""
+    fields = [(b"host", b"a.example"), (b"user-agent", b"h2load"), (b"accept", b"*/*"), (b"cookie", b"")]
+    one_by_one = HeaderBudget(100, 1 << 20)
+    for name, value in fields:
+        one_by_one.add(name, value)
+    measured = measured_budget(fields)
+    assert (measured.count, measured.size) == (one_by_one.count, one_by_one.size) == (4, 60)
+    assert (measured_budget([]).count, measured_budget([]).size) == (0, 0)

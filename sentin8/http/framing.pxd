@@ -1,7 +1,12 @@
 # C declarations for framing.py's hot classes (Cython pure-Python mode; the .py stays the source).
+cimport cython
+
 cdef class HeaderBudget:
     cdef public Py_ssize_t count, max_count, max_size, size
     cpdef add(self, name, value)
+
+@cython.locals(size=Py_ssize_t)
+cpdef HeaderBudget measured_budget(list headers)
 
 cdef class RequestHead:
     cdef public object acme, authority, content_length, headers, host, method, path, target, version

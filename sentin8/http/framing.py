@@ -66,6 +66,19 @@ class HeaderBudget:
             raise HeadError(431, "header block too large")
 
 
+def measured_budget(headers: list[tuple[bytes, bytes]]) -> HeaderBudget:
+    """A budget without caps holding the size of ``headers``, counted as ``add`` counts (an h2 request's
+    fields, already held to the connection's own limits: only the size is read later, the WAF's cost
+    estimate). One call for the whole list instead of one ``add`` per field."""
+    budget = HeaderBudget(1 << 30, 1 << 30)
+    size = 0
+    for name, value in headers:
+        size += len(name) + len(value) + 4
+    budget.count = len(headers)
+    budget.size = size
+    return budget
+
+
 class RequestHead:
     """A validated request head, ready for routing and forwarding."""
 

@@ -25,7 +25,7 @@ import asyncio
 import logging
 
 from sentin8.http import h2_codes
-from sentin8.http.framing import HeaderBudget
+from sentin8.http.framing import measured_budget
 from sentin8.http.h2_blocks import HeaderBlockWatch
 from sentin8.http.h2_budget import CLOSE, GOAWAY, REFUSE, StreamBudget, Verdict
 from sentin8.http.h2_engine import (
@@ -268,10 +268,7 @@ class H2Bridge(ConnectionLifecycle, asyncio.Protocol):
                 self.engine.send_head(sid, exc.status, [(b"content-length", b"0")], end_stream=True)
             self.budget.done(sid)
             return verdict
-        budget = HeaderBudget(1 << 30, 1 << 30)
-        for name, value in head.headers:
-            budget.add(name, value)  # only its size is read (the WAF's cost estimate)
-        req = Request(budget)
+        req = Request(measured_budget(head.headers))
         req.head = head
         req.complete = ev.end_stream
         req.counted = True
