@@ -18,8 +18,6 @@ facts (``downstream.ConnectionFacts``) and the worker's context. A new step goes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sentin8 import refusals
 from sentin8.http.acme import CHALLENGE, NOT_A_CHALLENGE
 from sentin8.http.body import body_over_limit
@@ -30,31 +28,49 @@ from .contract import L7Context, RequestInfo
 from .downstream import ConnectionFacts
 
 
-@dataclass(frozen=True, slots=True)
 class Refuse:
     """Answer ``status`` ourselves. ``local``: as a local answer with ``headers``, the client side kept when
-    ``keep_alive`` allows; else as an error."""
+    ``keep_alive`` allows; else as an error. ``service``/``sidx``/``host``: routed before the refusing step,
+    so counted for this service.
 
-    status: int
-    headers: list[Header] | None = None
-    keep_alive: bool = False
-    local: bool = False
-    service: str = ""  # routed before the refusing step: counted for this service
-    sidx: int = 0
-    host: str = ""
+    A plain class, not a dataclass: one is made per refused request and a dataclass's generated
+    ``__init__`` is Python source even in the compiled build (bench/README.md, "Compiled hot path")."""
+
+    __slots__ = ("headers", "host", "keep_alive", "local", "service", "sidx", "status")
+
+    def __init__(
+        self,
+        status: int,
+        headers: list[Header] | None = None,
+        keep_alive: bool = False,
+        local: bool = False,
+        service: str = "",
+        sidx: int = 0,
+        host: str = "",
+    ) -> None:
+        self.status = status
+        self.headers = headers
+        self.keep_alive = keep_alive
+        self.local = local
+        self.service = service
+        self.sidx = sidx
+        self.host = host
 
 
-@dataclass(frozen=True, slots=True)
 class Admitted:
     """Forward: ``head_bytes`` is the upstream request head, ``corr`` the correlation id in it (empty for an
-    ACME challenge), ``inspect`` whether the WAF may inspect the request."""
+    ACME challenge), ``inspect`` whether the WAF may inspect the request. One per forwarded request: a plain
+    class for the same reason as ``Refuse``."""
 
-    service: str
-    sidx: int
-    host: str
-    head_bytes: bytes
-    corr: bytes
-    inspect: bool
+    __slots__ = ("corr", "head_bytes", "host", "inspect", "service", "sidx")
+
+    def __init__(self, service: str, sidx: int, host: str, head_bytes: bytes, corr: bytes, inspect: bool) -> None:
+        self.service = service
+        self.sidx = sidx
+        self.host = host
+        self.head_bytes = head_bytes
+        self.corr = corr
+        self.inspect = inspect
 
 
 Outcome = Refuse | Admitted
