@@ -110,7 +110,6 @@ def correlation_id(client_value: bytes | None) -> bytes:
 
 
 _UUID_BATCH = 64
-_VARIANT = b"89ab"
 _ready_ids: list[bytes] = []  # formatted ids from one os.urandom batch, taken with list.pop
 
 
@@ -128,21 +127,15 @@ def _uuid4() -> bytes:
 
 
 def _uuid4_batch() -> list[bytes]:
-    raw = os.urandom(16 * _UUID_BATCH)
+    raw = bytearray(os.urandom(16 * _UUID_BATCH))
+    for i in range(0, 16 * _UUID_BATCH, 16):
+        raw[i + 6] = (raw[i + 6] & 0x0F) | 0x40  # version 4
+        raw[i + 8] = (raw[i + 8] & 0x3F) | 0x80  # variant 10xx
     h = raw.hex().encode()
-    # per id (16 bytes, 32 hex digits at o): version nibble 4; variant 10xx keeps the two random bits below it
+    # 32 hex digits per id at o, grouped 8-4-4-4-12 (a join: a third cheaper than %-formatting six slices)
     return [
-        b"%s-%s-4%s-%c%s-%s"
-        % (
-            h[o : o + 8],
-            h[o + 8 : o + 12],
-            h[o + 13 : o + 16],
-            _VARIANT[(raw[i + 8] >> 4) & 3],
-            h[o + 17 : o + 20],
-            h[o + 20 : o + 32],
-        )
-        for i in range(0, 16 * _UUID_BATCH, 16)
-        for o in (2 * i,)
+        b"-".join((h[o : o + 8], h[o + 8 : o + 12], h[o + 12 : o + 16], h[o + 16 : o + 20], h[o + 20 : o + 32]))
+        for o in range(0, 32 * _UUID_BATCH, 32)
     ]
 
 
