@@ -59,6 +59,7 @@ MODULES = (
     "workers.l7.h1.writer",
     "workers.l7.h2.connection",
     "workers.l7.h2.lifecycle",
+    "workers.l7.h2.send_deadline",
     "workers.l7.h2.stream",
     # the worker's side of a request: TLS records, the upstream connection, deadlines, the L7 context
     "workers.deadline",
@@ -66,6 +67,7 @@ MODULES = (
     "workers.task_timeout",
     "workers.tls_layer",
     "workers.tls_transport",
+    "workers.unread",
     "workers.upstream",
 )
 ROOT = Path(__file__).resolve().parent.parent  # the tree the package runs from (an editable install: the repo)

@@ -32,3 +32,29 @@ def peer_spoke(transport: asyncio.BaseTransport) -> bool:
     poller = select.poll()
     poller.register(fd, _SPOKE)
     return bool(poller.poll(0))  # a closed descriptor answers POLLNVAL: spoke too
+
+
+class UnreadWatch:
+    """``peer_spoke`` for one connection asked many times (a pooled backend connection, at every reuse): the
+    poll object is built once, with the descriptor registered, so each question is one ``poll(0)``. Asked
+    only while the connection is open (its descriptor cannot have been reused by another socket)."""
+
+    __slots__ = ("_poller",)
+
+    def __init__(self, transport: asyncio.BaseTransport) -> None:
+        self._poller: select.poll | None = None
+        sock = transport.get_extra_info("socket")
+        if sock is None:
+            return
+        try:
+            fd = sock.fileno()
+        except (OSError, ValueError):
+            return
+        if fd >= 0:
+            poller = select.poll()
+            poller.register(fd, _SPOKE)
+            self._poller = poller
+
+    def spoke(self) -> bool:
+        """As ``peer_spoke``: unread bytes, a FIN or a reset (False when no socket could be seen)."""
+        return self._poller is not None and bool(self._poller.poll(0))

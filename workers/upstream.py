@@ -26,7 +26,7 @@ from sentin8.routing import Instance
 from . import deadline
 from .deadline import Deadline
 from .task_timeout import TaskTimeout
-from .unread import peer_spoke
+from .unread import UnreadWatch
 
 WRITE_HIGH_WATER = 64 * 1024
 
@@ -58,6 +58,7 @@ class UpstreamConn:  # an asyncio.Protocol by its methods: no base, as a cdef cl
         "read_paused",
         "ready",
         "transport",
+        "unread",
         "uses",
     )
 
@@ -71,10 +72,12 @@ class UpstreamConn:  # an asyncio.Protocol by its methods: no base, as a cdef cl
         self.read_paused = False
         self.ready: asyncio.Future[None] = pool.loop.create_future()
         self._deadline = Deadline(pool.loop, self._deadline_passed, pool.min_deadline_s)
+        self.unread: UnreadWatch | None = None  # is anything unread in its socket (``acquire``)
 
     # -- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.unread = UnreadWatch(transport)
         try:
             transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[attr-defined]
         except (AttributeError, NotImplementedError):
@@ -194,7 +197,7 @@ class UpstreamPool:
         Live as the kernel knows it now, not only as the loop last saw it: a backend that closed an idle
         connection (its keep-alive timeout) may have had its FIN arrive after the loop's last poll, and a
         request sent on it fails, a non-idempotent one (or one whose body was already handed over) with a 502
-        since it cannot be replayed. ``peer_spoke`` looks at the socket first; what remains is the backend
+        since it cannot be replayed. ``UnreadWatch`` looks at the socket first; what remains is the backend
         closing while the request is on its way, which only a backend keep-alive longer than
         ``idle_timeout_s`` avoids."""
         stack = self._idle.get(instance_id)
@@ -204,7 +207,7 @@ class UpstreamPool:
             transport = conn.transport
             if conn.closed or transport is None or transport.is_closing():
                 continue
-            if peer_spoke(transport):
+            if conn.unread is not None and conn.unread.spoke():
                 conn.close()  # a FIN, a reset or unsolicited bytes: it can no longer carry a request
                 continue
             conn.uses += 1
