@@ -80,6 +80,15 @@ _DOS_REASON = (
     ("Flooding", "h2_ack_flood"),
 )
 
+
+def _dos_reason(message: str) -> str:
+    """The counter of a fatal DenialOfServiceError (a function: no closure in a cpdef method's body)."""
+    for key, reason in _DOS_REASON:
+        if key in message:
+            return reason
+    return "h2_engine_error"
+
+
 _DRAIN_PING = b"s8-drain"
 
 # Reads are fed to the engine in slices of this size, its output taken between them. The engine counts a
@@ -196,9 +205,7 @@ class ServerConnection:
                     if not c.want_read:
                         break  # the engine is closing (its GOAWAY is in _final): the rest is not read
         except ngh2.DenialOfServiceError as exc:
-            msg = str(exc)
-            reason = next((r for key, r in _DOS_REASON if key in msg), "h2_engine_error")
-            return self._fail(reason, ENHANCE_YOUR_CALM)
+            return self._fail(_dos_reason(str(exc)), ENHANCE_YOUR_CALM)
         except ngh2.ConnectionStateError:
             return []  # the engine is already closing: what arrives now is not read
         except ngh2.ConnectionProtocolError:
@@ -213,7 +220,8 @@ class ServerConnection:
             events = []
         self._translate(self._c.events(), events)
         if self._opened:
-            events.extend(WindowOpened(sid) for sid in sorted(self._opened))
+            for sid in sorted(self._opened):  # a loop, not a generator: Cython takes none in a cpdef method
+                events.append(WindowOpened(sid))
             self._opened.clear()
         if self.ended is None and not self._c.want_read:
             # the engine reads no more: it queued its own GOAWAY (a limit, a protocol error), or the client's
