@@ -275,8 +275,9 @@ def test_response_hop_by_hop_removed():
 
 
 def test_generated_ids_are_uuid4_across_batches_and_threads():
-    """Ids come 64 to an os.urandom batch: each one a version-4 RFC 9562 UUID as uuid.uuid4 prints it, and no
-    two alike across batch boundaries or threads taking ids at once."""
+    """Ids come in os.urandom batches (``_UUID_BATCH``): each one a version-4 RFC 9562 UUID as uuid.uuid4
+    prints it, no two alike across batch boundaries or threads taking ids at once, and every free digit
+    random."""
     import threading
     import uuid
 
@@ -295,6 +296,10 @@ def test_generated_ids_are_uuid4_across_batches_and_threads():
     for value in ids:
         u = uuid.UUID(value.removeprefix(b"proxy-").decode())
         assert u.version == 4 and u.variant == uuid.RFC_4122 and str(u).encode() == value[6:]
+    # the random digits stay random: every hex digit in every free position, the variant's four values
+    positions = {at: {v[6 + at] for v in ids} for at in range(36) if at not in (8, 13, 14, 18, 23)}
+    assert {at for at, seen in positions.items() if len(seen) < 16} == {19}
+    assert positions[19] == set(b"89ab")
 
 
 # --- issue 16: reserved names leave through no response; 1xx framing; Expect on HTTP/1.0; the WebSocket token ---

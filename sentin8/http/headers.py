@@ -109,7 +109,7 @@ def correlation_id(client_value: bytes | None) -> bytes:
     return b"proxy-" + _uuid4()
 
 
-_UUID_BATCH = 64
+_UUID_BATCH = 256  # ~200 ns per id formatted (bench: 64 -> 280 ns, 1024 -> 198 ns)
 _ready_ids: list[bytes] = []  # formatted ids from one os.urandom batch, taken with list.pop
 
 
@@ -117,8 +117,8 @@ def _uuid4() -> bytes:
     """A random (version 4, RFC 9562) UUID as lower-case hex with dashes, like ``str(uuid.uuid4())``.
 
     The same 122 random bits from the OS CSPRNG as ``uuid.uuid4``, without its per-call syscall and the UUID
-    object: 64 ids are made from one ``os.urandom`` at once. ``list.pop`` is atomic, so no two threads can take
-    the same id (two threads refilling at once just make two batches)."""
+    object: ``_UUID_BATCH`` ids are made from one ``os.urandom`` at once. ``list.pop`` is atomic, so no two
+    threads can take the same id (two threads refilling at once just make two batches)."""
     try:
         return _ready_ids.pop()
     except IndexError:
@@ -126,17 +126,30 @@ def _uuid4() -> bytes:
         return _ready_ids.pop()
 
 
+# The batch's layout: 37 bytes per id (36 of the UUID, then a space for ``split``). Hex digit j of an id's 32
+# lands at _AT[j] (a dash after digits 8, 12, 16 and 20); digit 12 is the version ("4"), digit 16 the variant's
+# (10xx: one of "89ab", made from a random digit by _VARIANT_DIGIT, which keeps its two low bits).
+_STRIDE = 37
+_AT = [j + (j >= 8) + (j >= 12) + (j >= 16) + (j >= 20) for j in range(32)]
+_RANDOM_DIGITS = [(j, _AT[j]) for j in range(32) if j not in (12, 16)]
+_TEMPLATE = (b"-" * 36 + b" ") * _UUID_BATCH
+_VERSION_DIGITS = b"4" * _UUID_BATCH
+_VARIANT_DIGIT = bytes.maketrans(b"0123456789abcdef", b"89ab" * 4)
+
+
 def _uuid4_batch() -> list[bytes]:
-    raw = bytearray(os.urandom(16 * _UUID_BATCH))
-    for i in range(0, 16 * _UUID_BATCH, 16):
-        raw[i + 6] = (raw[i + 6] & 0x0F) | 0x40  # version 4
-        raw[i + 8] = (raw[i + 8] & 0x3F) | 0x80  # variant 10xx
-    h = raw.hex().encode()
-    # 32 hex digits per id at o, grouped 8-4-4-4-12 (a join: a third cheaper than %-formatting six slices)
-    return [
-        b"-".join((h[o : o + 8], h[o + 8 : o + 12], h[o + 12 : o + 16], h[o + 16 : o + 20], h[o + 20 : o + 32]))
-        for o in range(0, 32 * _UUID_BATCH, 32)
-    ]
+    """``_UUID_BATCH`` ids from one ``os.urandom``, formatted column by column: each hex digit position is one
+    strided copy across the whole batch (32 C-level copies for all the ids, where slicing and joining each
+    id cost ~0.7 us apiece), then one ``split``."""
+    h = os.urandom(16 * _UUID_BATCH).hex().encode()
+    out = bytearray(_TEMPLATE)
+    cols = memoryview(out)  # strided stores through a view: Cython compiles a bytearray's own as a type error
+    for j, at in _RANDOM_DIGITS:
+        cols[at::_STRIDE] = h[j::32]
+    cols[_AT[12] :: _STRIDE] = _VERSION_DIGITS
+    cols[_AT[16] :: _STRIDE] = h[16::32].translate(_VARIANT_DIGIT)
+    cols.release()
+    return bytes(out).split()
 
 
 def _filter_request(headers: list[Header], websocket: bool, http10: bool) -> tuple[list[Header], bytes | None]:
