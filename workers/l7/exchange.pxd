@@ -1,4 +1,10 @@
 from workers.l7.relay cimport ResponseRelay
 
 cdef class Exchange(ResponseRelay):
-    pass
+    # the steps of one request that call each other (relay.pxd has the rest): C calls
+    cpdef _to(self, state)
+    cpdef routed(self, service, sidx, host)
+    cpdef forward(self)
+    cpdef _attach(self, conn, inst, warm)
+    cpdef _response_done(self)
+    cpdef _finish(self, reuse, abort=*)

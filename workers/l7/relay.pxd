@@ -3,6 +3,7 @@
 # (the connection, the stream and the tests read them).
 from sentin8.http.framing cimport HeaderBudget
 from workers.l7.request cimport Request
+from workers.upstream cimport UpstreamConn
 
 cdef class ResponseRelay:
     cdef public Request req
@@ -11,6 +12,10 @@ cdef class ResponseRelay:
     cdef public Py_ssize_t status, resp_body_bytes, interims, interim_bytes
     cdef public bint head_only, close_delimited, resp_extra, resp_keep_alive
     # Exchange's own fields (exchange.py), declared once with the rest
-    cdef public object _candidates, _task, _waf, conn, corr, head_bytes, host, instance, service
+    cdef public object _candidates, _task, _waf, corr, head_bytes, host, instance, service
+    cdef public UpstreamConn conn
     cdef public Py_ssize_t _cand_idx, body_written, sidx
     cdef public bint retried, warm
+    # the calls an exchange makes on itself per request: C calls (Exchange overrides _to)
+    cpdef _to(self, state)
+    cpdef _reset_response(self)
