@@ -85,6 +85,20 @@ def present() -> list[Path]:
     return sorted(found)
 
 
+PXD_MANIFEST = WORK / "pxd-files"  # the .pxd files the last complete build saw
+
+
+def _pxd_files() -> list[str]:
+    return [str(p.relative_to(ROOT)) for m in modules() if (p := source(m).with_suffix(".pxd")).exists()]
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().split()
+    except OSError:
+        return []
+
+
 def clean() -> None:
     for p in present():
         p.unlink()
@@ -109,6 +123,13 @@ def build() -> int:
         if p not in listed:
             p.unlink()
     exts = [Extension(m, [str(source(m).relative_to(ROOT))]) for m in modules()]
+    # Cython's incremental build looks at the .pxd files that exist: one removed since the last build (a checkout
+    # of an older commit) leaves C generated for a cdef class that is gone, which fails at import. Regenerate all.
+    pxds = _pxd_files()
+    removed = sorted(set(_read_lines(PXD_MANIFEST)) - set(pxds))
+    if removed:
+        print(f"cython: {len(removed)} .pxd file(s) gone since the last build ({removed[0]}...): full rebuild",
+              file=sys.stderr)  # fmt: skip
     jobs = str(os.cpu_count() or 1)
     warnings.filterwarnings("ignore", message=".*tool.setuptools.*")  # pyproject's table, read by setup(): noise
     try:
@@ -118,6 +139,7 @@ def build() -> int:
             build_dir=str(WORK / "c"),
             nthreads=int(jobs),
             quiet=True,
+            force=bool(removed),
         )
         setup(
             name="sentin8-compiled",
@@ -135,6 +157,7 @@ def build() -> int:
     if missing:
         clean()
         return _fallback(f"the build left no extension for {', '.join(missing)}")
+    PXD_MANIFEST.write_text("".join(f"{p}\n" for p in pxds))
     STAMP.write_text(f"{native.fingerprint()} cython {Cython.__version__}\n")
     print(f"cython: compiled in place: {len(modules())} modules (sentin8.native.MODULES)", file=sys.stderr)
     return 0
