@@ -42,7 +42,11 @@ MODULES = (
     "sentin8.tokenbucket",
     "sentin8.refusals",
     "sentin8.selection",
+    "sentin8.backends",
+    "sentin8.breaker",
+    "sentin8.shm.breakers",
     "sentin8.shm.counters",
+    "sentin8.shm.suspects",
     # the L7 edge: the protocol-neutral core, h1 and h2
     "workers.l7.admission",
     "workers.l7.contract",
@@ -62,6 +66,7 @@ MODULES = (
     "workers.l7.h2.send_deadline",
     "workers.l7.h2.stream",
     # the worker's side of a request: TLS records, the upstream connection, deadlines, the L7 context
+    "sentin8.tls",
     "workers.deadline",
     "workers.l7_context",
     "workers.task_timeout",

@@ -1,7 +1,7 @@
 """Quick L7 loop for profiling sentin8 alone: backend nginx + WebSocket echo + the sentin8 L7 fleet.
 
     .venv/bin/python -m bench.profile.l7 --runs 3 --duration 3 [--pyspy out-prefix] [--what wrk,h2,hs,res,ws]
-    .venv/bin/python -m bench.profile.l7 --what res --perf /tmp/res.perf    # + perf record -g on one worker
+    .venv/bin/python -m bench.profile.l7 --what res --perf /tmp/l7.perf   # + perf record -g, one worker: l7.perf-res
 
 Prints, per run, wrk req/s and sentin8 CPU-µs per request (``h2``: the same over HTTP/2, h2load -c16 -m10),
 h2load full handshakes/s and CPU-ms per handshake, and the WebSocket echo median RTT. Needs root (the PQ
@@ -63,7 +63,7 @@ def main() -> int:
     ap.add_argument("--what", default="wrk,hs,ws")
     ap.add_argument("--handshakes", type=int, default=2000)
     ap.add_argument("--pyspy", default="", help="record one worker with py-spy during the first wrk run")
-    ap.add_argument("--perf", default="", help="perf record -g one worker during the first resumed run, to this file")
+    ap.add_argument("--perf", default="", help="perf record -g a worker in each first run: PATH-wrk, -h2, -res")
     a = ap.parse_args()
     what = set(a.what.split(","))
     work = Path(tempfile.mkdtemp(prefix="sentin8-prof-"))
@@ -89,19 +89,23 @@ def main() -> int:
             first = run == 0 and a.pyspy
             if "wrk" in what:
                 spy = _spy(a.pyspy, l7.worker_pids()[0]) if first else None
+                perf = _perf(a.perf + "-wrk", l7.worker_pids()[0]) if run == 0 and a.perf else None
                 c0 = procs.cpu_seconds(pids)
                 s = loadtools.wrk(tc, url, 64, a.duration)
                 cpu = procs.cpu_seconds(pids) - c0
                 _stop(spy)
+                _stop(perf)
                 first = ""
                 per = cpu / max(1, s.count) * 1e6
                 line.append(f"wrk {s.value or 0:8.0f} req/s {per:6.1f} CPU-us/req err={s.errors}")
             if "h2" in what:  # h2load over HTTP/2, 16 connections x 10 streams (the bench's l7_h2_m10)
                 spy = _spy(a.pyspy + "-h2", l7.worker_pids()[0]) if first else None
+                perf = _perf(a.perf + "-h2", l7.worker_pids()[0]) if run == 0 and a.perf else None
                 c0 = procs.cpu_seconds(pids)
                 s = loadtools.h2load_streams(tc, url, 16, 10, a.duration)
                 cpu = procs.cpu_seconds(pids) - c0
                 _stop(spy)
+                _stop(perf)
                 per = cpu / max(1, s.count) * 1e6
                 line.append(f"h2 -m10 {s.value or 0:8.0f} req/s {per:6.1f} CPU-us/req err={s.errors}")
             if "hs" in what:
@@ -120,7 +124,7 @@ def main() -> int:
             if "res" in what:  # the bench's resumed row: ticket resumption, one proxied GET per connection
                 tickets = clients.ticket_sessions(l7.l7_port, "bench.test", 32)
                 spy = _spy(a.pyspy + "-res", l7.worker_pids()[0]) if first else None
-                perf = _perf(a.perf, l7.worker_pids()[0]) if run == 0 and a.perf else None
+                perf = _perf(a.perf + "-res", l7.worker_pids()[0]) if run == 0 and a.perf else None
                 each0 = {pid: procs.cpu_seconds([pid]) for pid in pids}
                 s = clients.resumed_handshakes(l7.l7_port, "bench.test", tickets, stack.BODY, a.duration)
                 each = {pid: procs.cpu_seconds([pid]) - t for pid, t in each0.items()}
