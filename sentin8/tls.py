@@ -180,18 +180,18 @@ class RecordIO:
         ``WantReadError`` built per flight). Raises what pyOpenSSL's ``do_handshake`` raises otherwise; on
         success its check runs too, so a callback's stored exception is raised exactly as before."""
         n = _lib.SSL_do_handshake(self._ssl)
-        if n <= 0 and _lib.SSL_get_error(self._ssl, n) == _WANT_READ:
+        if n <= 0 and _SSL_get_error(self._ssl, n) == _WANT_READ:
             return False
         self._conn._raise_ssl_error(self._ssl, n)  # what do_handshake does: raises unless all is well
         release_key_shares(self._ssl)
-        if not _lib.BIO_get_mem_data(self._into, _ffi.NULL):
+        if not _BIO_get_mem_data(self._into, _ffi.NULL):
             self._renew_into()  # the handshake's flights (a ~1.6 KB PQ ClientHello) are read: its buffer goes
         return True
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Ciphertext from the peer into the incoming BIO (a memory BIO takes everything). After a feed of more
         than ``_RENEW_ABOVE`` bytes, the next ``read`` that empties the BIO renews it (``_renew_into``)."""
-        if _lib.BIO_write(self._into, _ffi.from_buffer(data), len(data)) <= 0 and len(data):
+        if _BIO_write(self._into, _from_buffer(data), len(data)) <= 0 and len(data):
             self._conn.bio_write(data)  # never expected: let pyOpenSSL build the error
         if len(data) > _RENEW_ABOVE:
             self._fed_big = True
@@ -200,11 +200,11 @@ class RecordIO:
         """One record's plaintext; None when OpenSSL needs more ciphertext. Raises ``SSL.ZeroReturnError``
         on close_notify and ``SSL.Error`` on failure."""
         buf = _scratch()
-        n = _lib.SSL_read(self._ssl, buf, _SCRATCH)
+        n = _SSL_read(self._ssl, buf, _SCRATCH)
         if n > 0:
-            return _ffi.buffer(buf, n)[:]
-        if _lib.SSL_get_error(self._ssl, n) == _WANT_READ:
-            if self._fed_big and not _lib.BIO_get_mem_data(self._into, _ffi.NULL):
+            return _buffer(buf, n)[:]
+        if _SSL_get_error(self._ssl, n) == _WANT_READ:
+            if self._fed_big and not _BIO_get_mem_data(self._into, _ffi.NULL):
                 self._renew_into()
             return None
         self._conn._raise_ssl_error(self._ssl, n)  # raises (ZeroReturnError, SysCallError, Error)
@@ -213,7 +213,7 @@ class RecordIO:
     def write(self, data: bytes | bytearray | memoryview) -> int:
         """Encrypt into the outgoing BIO; the bytes taken. Raises ``SSL.WantReadError`` mid post-handshake
         message and ``SSL.Error`` on failure."""
-        n = _lib.SSL_write(self._ssl, _ffi.from_buffer(data), len(data))
+        n = _SSL_write(self._ssl, _from_buffer(data), len(data))
         if n > 0:
             return n
         self._conn._raise_ssl_error(self._ssl, n)
@@ -223,17 +223,17 @@ class RecordIO:
         """Everything OpenSSL produced for the peer (b"" when nothing), in one bytes object. After a drain of
         more than ``_RENEW_ABOVE`` bytes the outgoing BIO is replaced by a fresh one (``_renew_out``)."""
         buf = _scratch()
-        n = _lib.BIO_read(self._from, buf, _SCRATCH)
+        n = _BIO_read(self._from, buf, _SCRATCH)
         if n <= 0:
             return b""  # an empty memory BIO: nothing to send
-        out = _ffi.buffer(buf, n)[:]
+        out = _buffer(buf, n)[:]
         if n < _SCRATCH:
             if n > _RENEW_ABOVE:
                 self._renew_out()
             return out
         parts = [out]  # more than one scratch buffer's worth (rare: a big write, a handshake flight)
-        while (n := _lib.BIO_read(self._from, buf, _SCRATCH)) > 0:
-            parts.append(_ffi.buffer(buf, n)[:])
+        while (n := _BIO_read(self._from, buf, _SCRATCH)) > 0:
+            parts.append(_buffer(buf, n)[:])
         self._renew_out()
         return b"".join(parts)
 
@@ -269,6 +269,11 @@ class RecordIO:
 _lib = SSL._lib
 _ffi = SSL._ffi
 _WANT_READ = SSL._lib.SSL_ERROR_WANT_READ
+# RecordIO's per-record calls, bound once: a module global is a cached lookup, an attribute of cffi's lib a
+# dictionary lookup per call
+_SSL_read, _SSL_write, _SSL_get_error = _lib.SSL_read, _lib.SSL_write, _lib.SSL_get_error
+_BIO_read, _BIO_write, _BIO_get_mem_data = _lib.BIO_read, _lib.BIO_write, _lib.BIO_get_mem_data
+_from_buffer, _buffer = _ffi.from_buffer, _ffi.buffer
 
 
 # -- the handshake's key shares, freed once it is done ---------------------------------------------------
