@@ -254,24 +254,21 @@ class UpstreamPool:
         else:
             raise TypeError(f"upstream_tls returned {type(tls).__name__}, not an SSLContext or a callable")
 
-        async def open_() -> None:
-            transport, proto = await self.loop.create_connection(
-                factory, instance.host, instance.port, ssl=ssl_ctx, server_hostname=server_hostname
-            )
-            try:
-                handshake = getattr(proto, "handshake_complete", None) if proto is not conn else None
-                if isinstance(handshake, asyncio.Future):
-                    await handshake  # raises when the handshake fails
-                await conn.ready
-            except BaseException:
-                transport.abort()
-                raise
-
-        # TaskTimeout (asyncio.timeout's contract at a fraction of its cost), not wait_for: wait_for runs
-        # open_() as a task of its own (one more task per connect)
+        # TaskTimeout (asyncio.timeout's contract at a fraction of its cost), not wait_for: wait_for runs the
+        # connect as a task of its own (one more task per connect); the steps inline, not a nested coroutine
         try:
             with TaskTimeout(self.loop, self.connect_timeout_s):
-                await open_()
+                transport, proto = await self.loop.create_connection(
+                    factory, instance.host, instance.port, ssl=ssl_ctx, server_hostname=server_hostname
+                )
+                try:
+                    handshake = getattr(proto, "handshake_complete", None) if proto is not conn else None
+                    if isinstance(handshake, asyncio.Future):
+                        await handshake  # raises when the handshake fails
+                    await conn.ready
+                except BaseException:
+                    transport.abort()
+                    raise
         except BaseException:
             conn.close()  # never connected, or not usable: it ends here like any other connection
             raise
