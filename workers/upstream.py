@@ -72,12 +72,13 @@ class UpstreamConn:  # an asyncio.Protocol by its methods: no base, as a cdef cl
         self.read_paused = False
         self.ready: asyncio.Future[None] = pool.loop.create_future()
         self._deadline = Deadline(pool.loop, self._deadline_passed, pool.min_deadline_s)
-        self.unread: UnreadWatch | None = None  # is anything unread in its socket (``acquire``)
+        # is anything unread in its socket: built at the first reuse (``acquire``), so a connection never taken
+        # from the pool (closed over the idle cap, as most are at h2load -m100) never makes one
+        self.unread: UnreadWatch | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.unread = UnreadWatch(transport)
         try:
             transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[attr-defined]
         except (AttributeError, NotImplementedError):
@@ -207,7 +208,10 @@ class UpstreamPool:
             transport = conn.transport
             if conn.closed or transport is None or transport.is_closing():
                 continue
-            if conn.unread is not None and conn.unread.spoke():
+            watch = conn.unread
+            if watch is None:
+                watch = conn.unread = UnreadWatch(transport)
+            if watch.spoke():
                 conn.close()  # a FIN, a reset or unsolicited bytes: it can no longer carry a request
                 continue
             conn.uses += 1
