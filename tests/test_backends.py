@@ -14,6 +14,7 @@ from sentin8.selection import Selector
 from sentin8.shm.counters import CounterReader, WorkerCounters, region_bytes
 from sentin8.shm.suspects import SuspectTable
 from workers.connect import connect_first
+from workers.poll_set import PollSet
 
 
 class Snapshot:
@@ -89,13 +90,14 @@ def test_connect_first_skips_and_reports_the_unreachable():
         order = [web(0, dead.getsockname()[1]), web(1, live.getsockname()[1])]
         backends, _, counters, _ = make(order)
         loop = uvloop.new_event_loop()
+        poll = PollSet(loop)  # the worker's L4 sockets' epoll set: the connect waits in it
         try:
-            picked = loop.run_until_complete(connect_first(loop, backends, order, 2.0))
+            picked = loop.run_until_complete(connect_first(poll, backends, order, 2.0))
             assert picked is not None
             inst, sock = picked
             assert inst is order[1] and sock.getpeername()[1] == live.getsockname()[1]
             sock.close()
-            assert loop.run_until_complete(connect_first(loop, backends, order[:1], 2.0)) is None
+            assert loop.run_until_complete(connect_first(poll, backends, order[:1], 2.0)) is None
         finally:
             loop.close()
         assert counters.total()["backend_connect_errors"] == 2

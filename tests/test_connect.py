@@ -12,6 +12,7 @@ import uvloop
 from sentin8.holds import OpenConnections
 from sentin8.shm.counters import CounterReader, WorkerCounters, region_bytes
 from workers.connect import connect_tcp, literal_family
+from workers.poll_set import PollSet
 
 
 class GatedDNSLoop(uvloop.Loop):
@@ -39,6 +40,7 @@ def listener():
 def test_a_name_is_resolved_without_blocking_the_loop(listener):
     port = listener.getsockname()[1]
     loop = GatedDNSLoop()
+    poll = PollSet(loop)  # the worker's L4 sockets' epoll set: the connect waits in it
 
     async def main() -> tuple[int, int]:
         ticks = 0
@@ -50,7 +52,7 @@ def test_a_name_is_resolved_without_blocking_the_loop(listener):
                 await asyncio.sleep(0.001)
 
         beat = asyncio.ensure_future(heartbeat())
-        connecting = asyncio.ensure_future(connect_tcp(loop, "localhost", port, 5.0))
+        connecting = asyncio.ensure_future(connect_tcp(poll, "localhost", port, 5.0))
         end = loop.time() + 5.0
         while not loop.lookups:  # the lookup has started (through the loop, not a blocking call)...
             assert loop.time() < end and not connecting.done(), "the name was not resolved through the loop"
@@ -81,14 +83,15 @@ def test_a_name_is_resolved_without_blocking_the_loop(listener):
 def test_a_literal_needs_no_lookup_and_a_slow_name_times_out(listener):
     port = listener.getsockname()[1]
     loop = GatedDNSLoop()  # the gate stays shut: a lookup never finishes
+    poll = PollSet(loop)  # the worker's L4 sockets' epoll set: the connect waits in it
 
     async def main() -> None:
-        sock = await connect_tcp(loop, "127.0.0.1", port, 2.0)
+        sock = await connect_tcp(poll, "127.0.0.1", port, 2.0)
         sock.close()
         assert loop.lookups == []
         t0 = time.monotonic()
         with pytest.raises(TimeoutError):
-            await connect_tcp(loop, "localhost", port, 0.2)
+            await connect_tcp(poll, "localhost", port, 0.2)
         assert time.monotonic() - t0 < 2.0
 
     try:
@@ -103,11 +106,12 @@ def test_refused_and_unknown_names_raise_oserror():
     port = dead.getsockname()[1]
     dead.close()
     loop = uvloop.new_event_loop()
+    poll = PollSet(loop)  # the worker's L4 sockets' epoll set: the connect waits in it
     try:
         with pytest.raises(OSError):
-            loop.run_until_complete(connect_tcp(loop, "localhost", port, 2.0))
+            loop.run_until_complete(connect_tcp(poll, "localhost", port, 2.0))
         with pytest.raises(OSError):
-            loop.run_until_complete(connect_tcp(loop, "no-such-host.invalid", port, 5.0))
+            loop.run_until_complete(connect_tcp(poll, "no-such-host.invalid", port, 5.0))
     finally:
         loop.close()
     assert literal_family("::1") == socket.AF_INET6 and literal_family("localhost") is None

@@ -5,6 +5,10 @@ which for a worker means every connection it holds stalls for as long as DNS tak
 common case, recognised once per host string) is connected directly; a name is resolved with
 ``loop.getaddrinfo`` (uvloop runs it in libuv's thread pool) and its addresses are tried in order, all within
 one deadline.
+
+The wait for the connect is a ONESHOT watch in the worker's ``PollSet``, and a connected socket stays in the
+set, disarmed, so the pipe that takes it over re-arms it with one ``epoll_ctl`` MOD: whoever closes it
+instead drops it from the set first.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import socket
 from sentin8.backends import Backends
 from sentin8.routing import Instance
 
+from .poll_set import ONESHOT, OUT, PollSet
+
 
 @functools.lru_cache(maxsize=4096)
 def literal_family(host: str) -> int | None:
@@ -31,14 +37,14 @@ def literal_family(host: str) -> int | None:
 
 
 async def connect_first(
-    loop: asyncio.AbstractEventLoop, backends: Backends, order: list[Instance], timeout: float
+    poll: PollSet, backends: Backends, order: list[Instance], timeout: float
 ) -> tuple[Instance, socket.socket] | None:
     """The first instance of ``order`` that accepts a TCP connection, with its socket; each one that does
     not is reported to ``backends`` (suspect for every worker, counted, a failure for its breaker), the one
     that does as a success. None when none answers."""
     for inst in order:
         try:
-            sock = await connect_tcp(loop, inst.host, inst.port, timeout)
+            sock = await connect_tcp(poll, inst.host, inst.port, timeout)
         except OSError:  # TimeoutError included
             backends.failed(inst)
             continue
@@ -47,13 +53,14 @@ async def connect_first(
     return None
 
 
-async def connect_tcp(loop: asyncio.AbstractEventLoop, host: str, port: int, timeout: float) -> socket.socket:
-    """A connected non-blocking socket with TCP_NODELAY; raises OSError or TimeoutError (after ``timeout``
-    seconds in all, the lookup included)."""
+async def connect_tcp(poll: PollSet, host: str, port: int, timeout: float) -> socket.socket:
+    """A connected non-blocking socket with TCP_NODELAY, still in ``poll`` (disarmed); raises OSError or
+    TimeoutError (after ``timeout`` seconds in all, the lookup included)."""
+    loop = poll.loop
     deadline = loop.time() + timeout
     family = literal_family(host)
     if family is not None:
-        return await _connect_addr(loop, family, (host, port), deadline)
+        return await _connect_addr(poll, family, (host, port), deadline)
     async with asyncio.timeout_at(deadline):
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     if not infos:
@@ -61,28 +68,29 @@ async def connect_tcp(loop: asyncio.AbstractEventLoop, host: str, port: int, tim
     last: OSError | None = None
     for fam, _type, _proto, _name, addr in infos:
         try:
-            return await _connect_addr(loop, fam, addr, deadline)
+            return await _connect_addr(poll, fam, addr, deadline)
         except OSError as exc:  # the next address may answer (localhost: ::1 refused, 127.0.0.1 listening)
             last = exc
     assert last is not None
     raise last
 
 
-async def _connect_addr(loop: asyncio.AbstractEventLoop, family: int, addr: tuple, deadline: float) -> socket.socket:
-    sock = socket.socket(family, socket.SOCK_STREAM)
+async def _connect_addr(poll: PollSet, family: int, addr: tuple, deadline: float) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
     try:
-        sock.setblocking(False)
-        await _connect(loop, sock, addr, deadline)
+        await _connect(poll, sock, addr, deadline)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except BaseException:
+        poll.drop(sock.fileno())
         sock.close()
         raise
     return sock
 
 
-async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket, addr: tuple, deadline: float) -> None:
+async def _connect(poll: PollSet, sock: socket.socket, addr: tuple, deadline: float) -> None:
     """A non-blocking connect to a resolved address with a deadline timer (no extra Task, unlike
     asyncio.wait_for)."""
+    loop = poll.loop
     err = sock.connect_ex(addr)
     if err == 0:
         return
@@ -91,7 +99,7 @@ async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket, addr: t
     fd = sock.fileno()
     done: asyncio.Future[None] = loop.create_future()
 
-    def writable() -> None:
+    def writable(events: int) -> None:
         if not done.done():
             done.set_result(None)
 
@@ -99,13 +107,12 @@ async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket, addr: t
         if not done.done():
             done.set_exception(TimeoutError())
 
-    loop.add_writer(fd, writable)
+    poll.watch(fd, OUT | ONESHOT, writable)
     timer = loop.call_at(deadline, expired)
     try:
         await done
     finally:
         timer.cancel()
-        loop.remove_writer(fd)
     err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
     if err:
         raise OSError(err, os.strerror(err))

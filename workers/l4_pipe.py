@@ -1,8 +1,9 @@
 """The L4 path's raw pipe: bytes both ways between two sockets, zero copy through kernel pipes (os.splice).
 
-Each direction moves socket -> pipe -> socket with splice, driven by readiness callbacks (no timeouts, no
-polling: a pipe may stay idle for days — SSE, WebSocket). When the destination cannot take more, the
-direction stops reading its source until the destination is writable again: that is the backpressure.
+Each direction moves socket -> pipe -> socket with splice, driven by readiness events from the worker's
+``PollSet`` (no timeouts, no polling: a pipe may stay idle for days — SSE, WebSocket). When the destination
+cannot take more, the direction stops reading its source until the destination is writable again: that is
+the backpressure.
 Half-close: an EOF in one direction becomes shutdown(SHUT_WR) on the other side; the pipe closes both
 sockets once both directions have ended, or at once on an error.
 
@@ -14,12 +15,13 @@ the connections that are moving data, not with the connections that exist.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import fcntl
 import os
 import socket
 from collections.abc import Callable
+
+from .poll_set import ERR, HUP, IN, OUT, PollSet
 
 SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 PIPE_SIZE = 1 << 20
@@ -60,12 +62,15 @@ class PipePool:
 
 
 class _Direction:
+    """One way of the pipe: ``src`` → kernel pipe → ``dst``. Its readiness comes from the owning pipe, which
+    holds the one watch each socket has in the ``PollSet`` (a socket is the source of one direction and the
+    destination of the other, so its wanted events are the union of both)."""
+
     __slots__ = (
         "bytes",
         "dst",
         "dst_fd",
         "ended",
-        "loop",
         "owner",
         "pending",
         "pipe",
@@ -73,28 +78,29 @@ class _Direction:
         "reading",
         "src",
         "src_fd",
+        "writing",
     )
 
     def __init__(self, owner: SplicePipe, src: socket.socket, dst: socket.socket, pool: PipePool) -> None:
         self.owner = owner
-        self.loop = owner.loop
         self.src, self.dst = src, dst
         self.src_fd, self.dst_fd = src.fileno(), dst.fileno()
         self.pool = pool
         self.pipe: tuple[int, int] | None = None  # held only while bytes are in flight
         self.pending = 0  # bytes sitting in the kernel pipe
         self.ended = False
-        self.reading = False
+        self.reading = False  # wants the source readable
+        self.writing = False  # wants the destination writable (it was full)
         self.bytes = 0
 
     def start(self) -> None:
         self.reading = True
-        self.loop.add_reader(self.src_fd, self.on_readable)
+        self.owner.rewatch(self.src_fd)
 
     def stop_reading(self) -> None:
         if self.reading:
             self.reading = False
-            self.loop.remove_reader(self.src_fd)
+            self.owner.rewatch(self.src_fd)
 
     def on_readable(self) -> None:
         pipe = self.pipe
@@ -126,8 +132,10 @@ class _Direction:
             except OSError as exc:
                 if exc.errno in _RETRY:
                     # destination full: stop reading the source until it drains
-                    self.stop_reading()
-                    self.loop.add_writer(self.dst_fd, self.on_writable)
+                    self.reading = False
+                    self.writing = True
+                    self.owner.rewatch(self.src_fd)
+                    self.owner.rewatch(self.dst_fd)
                     return
                 self.owner.abort()
                 return
@@ -146,36 +154,37 @@ class _Direction:
             self.pipe = None
 
     def on_writable(self) -> None:
-        self.loop.remove_writer(self.dst_fd)
+        self.writing = False
+        self.owner.rewatch(self.dst_fd)
         self.flush()
-        if self.pending:
+        if self.pending or self.owner.closed:
             return
         if self.ended:
             self.owner.direction_done(self)
-        elif not self.reading and not self.owner.closed:
+        elif not self.reading:
             self.start()
-
-    def detach(self) -> None:
-        self.stop_reading()
-        self.loop.remove_writer(self.dst_fd)
 
 
 class SplicePipe:
+    """Both directions of one L4 connection. Each socket has one watch in the worker's ``PollSet``: its events
+    go to the direction it feeds (readable) and to the one that feeds it (writable)."""
+
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop,
+        poll: PollSet,
         client: socket.socket,
         backend: socket.socket,
         pipes: PipePool,
         on_close: Callable[[SplicePipe], None],
     ) -> None:
-        self.loop = loop
+        self.poll = poll
         self.client, self.backend = client, backend
         self.pipes = pipes
         self.on_close = on_close
         self.closed = False
         self.upstream = _Direction(self, client, backend, pipes)
         self.downstream = _Direction(self, backend, client, pipes)
+        self._client_fd, self._backend_fd = client.fileno(), backend.fileno()
 
     def start(self, preface: bytes = b"") -> None:
         """Start both directions. ``preface`` (a PROXY v2 header) reaches the backend before any client byte:
@@ -191,6 +200,29 @@ class SplicePipe:
                 return
         self.upstream.start()
         self.downstream.start()
+
+    def rewatch(self, fd: int) -> None:
+        """Bring ``fd``'s watch in line with what the two directions want of it now."""
+        if self.closed:
+            return
+        if fd == self._client_fd:
+            reader, writer, handler = self.upstream, self.downstream, self._client_events
+        else:
+            reader, writer, handler = self.downstream, self.upstream, self._backend_events
+        self.poll.watch(fd, (IN if reader.reading else 0) | (OUT if writer.writing else 0), handler)
+
+    def _client_events(self, events: int) -> None:
+        self._events(events, self.upstream, self.downstream)
+
+    def _backend_events(self, events: int) -> None:
+        self._events(events, self.downstream, self.upstream)
+
+    def _events(self, events: int, reader: _Direction, writer: _Direction) -> None:
+        # ERR and HUP go to whichever direction watches the socket: its next splice meets the condition
+        if events & (IN | ERR | HUP) and reader.reading:
+            reader.on_readable()
+        if events & (OUT | ERR | HUP) and writer.writing and not self.closed:
+            writer.on_writable()
 
     def direction_done(self, d: _Direction) -> None:
         if self.closed:
@@ -214,8 +246,8 @@ class SplicePipe:
 
     def _close(self) -> None:
         self.closed = True
-        for d in (self.upstream, self.downstream):
-            d.detach()
+        self.poll.drop(self._client_fd)
+        self.poll.drop(self._backend_fd)
         for d in (self.upstream, self.downstream):
             d.release()
         self.client.close()

@@ -43,6 +43,7 @@ from .l7.h2.connection import H2Bridge
 from .l7_context import WorkerL7Context
 from .listener import bind_reuseport
 from .peek import PeekFailed, peek_client_hello, read_proxy_header, refuse_hello
+from .poll_set import PollSet
 from .socket_linger import SocketLinger
 from .tls_layer import TLSServerProtocol
 
@@ -121,6 +122,7 @@ class Worker:
     async def _main(self) -> int:
         self.loop = asyncio.get_running_loop()
         self.lingering = SocketLinger(self.loop)  # refused sockets: FIN, then the peer's last bytes, then close
+        self.poll = PollSet(self.loop)  # the L4 path's sockets: backend connects and splice pipes
         self.stopped = self.loop.create_future()
         self.l7 = WorkerL7Context(
             self.cfg, self.loop, self.counters, self.backends, self.policy, self.policy_values, self.index
@@ -156,6 +158,7 @@ class Worker:
         event("worker_listening", worker=self.index, listeners=len(self.listeners))  # a respawn shows as this too
         code = await self.stopped
         self.pipes.close()
+        self.poll.close()
         self.lingering.close_all()
         self.l7.pool.close()
         self.l7.gate.close()
@@ -423,6 +426,7 @@ class Worker:
             try:
                 local = local or conn.getsockname()[:2]
             except OSError:  # the client is gone already
+                self.poll.drop(backend.fileno())  # connect left it in the set
                 backend.close()
                 return False
             preface = proxy_protocol.encode_proxy(client[:2], local)
@@ -430,7 +434,7 @@ class Worker:
         with contextlib.suppress(OSError):  # a client already gone: the pipe finds out on its own
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sidx = route.sidx
-        pipe = SplicePipe(self.loop, conn, backend, self.pipes, lambda pipe: self._pipe_closed(pipe, hold, sidx))
+        pipe = SplicePipe(self.poll, conn, backend, self.pipes, lambda pipe: self._pipe_closed(pipe, hold, sidx))
         pipe.start(preface)
         if preface and not pipe.closed:
             self.counters.inc("proxy_header_sent")  # the backend took it whole (else the pipe aborted)
@@ -449,7 +453,7 @@ class Worker:
         if not order:
             self.counters.inc("no_backend")
             return None
-        return await connect_first(self.loop, self.backends, order, self.cfg.upstream.connect_timeout_s)
+        return await connect_first(self.poll, self.backends, order, self.cfg.upstream.connect_timeout_s)
 
 
 class _TrackedTLS(TLSServerProtocol):

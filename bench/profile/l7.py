@@ -2,9 +2,11 @@
 
     .venv/bin/python -m bench.profile.l7 --runs 3 --duration 3 [--pyspy out-prefix] [--what wrk,h2,hs,res,ws]
     .venv/bin/python -m bench.profile.l7 --what res --perf /tmp/l7.perf   # + perf record -g, one worker: l7.perf-res
+    .venv/bin/python -m bench.profile.l7 --what l4 --perf /tmp/l7.perf    # the L4 fleet's new connections: -l4
 
 Prints, per run, wrk req/s and sentin8 CPU-µs per request (``h2``: the same over HTTP/2, h2load -c16 -m10),
-h2load full handshakes/s and CPU-ms per handshake, and the WebSocket echo median RTT. Needs root (the PQ
+h2load full handshakes/s and CPU-ms per handshake, the WebSocket echo median RTT, and (``l4``) the L4 fleet's
+new connections/s and CPU-µs per connection (the bench's ``l4_connrate``). Needs root (the PQ
 toolchain chroot), like ``python -m bench``.
 """
 
@@ -71,13 +73,22 @@ def main() -> int:
     tc = toolchain.ensure(work, log=sys.stderr)
     cert = certs.write_mldsa65(work / "cert", ["bench.test", "*.bench.test"])
     ws_b = backends.start("ws_plain", stack.BACKEND_CPU)
+    from tests.hellos import pq_hello  # real ClientHello bytes from a real PQ TLS stack
+
+    hello = pq_hello("rate.bench.test")
+    first_byte = backends.start("first_byte", stack.BACKEND_CPU, len(hello))
     bn = stack.start_backend_nginx(tc, work, cert, stack.rlimit_nofile())
     routes = stack.Routes(
-        l4={}, backend_http=bn.extra["http"], backend_tls=bn.extra["tls"], ws_plain=ws_b.port, ws_tls=ws_b.port
+        l4={"rate": first_byte.port},
+        backend_http=bn.extra["http"],
+        backend_tls=bn.extra["tls"],
+        ws_plain=ws_b.port,
+        ws_tls=ws_b.port,
     )
     peer = stack.start_sentin8(work, cert, routes)
     l7 = peer.extra["l7"]
-    peer.stop()  # the L4 fleet is not needed here
+    if "l4" not in what:
+        peer.stop()  # the L4 fleet is not needed here
     try:
         time.sleep(1.0)
         pids = l7.pids()
@@ -134,6 +145,16 @@ def main() -> int:
                 line.append(f"resumed {s.value or 0:6.0f}/s {sum(each.values()) / n * 1e3:5.3f} CPU-ms {s.detail}")
                 workers = set(l7.worker_pids())
                 line.append(_per_process(each, pids, workers, n))
+            if "l4" in what:
+                l4_pids = peer.pids()
+                perf = _perf(a.perf + "-l4", peer.worker_pids()[0]) if run == 0 and a.perf else None
+                spy = _spy(a.pyspy + "-l4", peer.worker_pids()[0]) if first else None
+                c0 = procs.cpu_seconds(l4_pids)
+                s = clients.l4_connrate(peer.l4_port, hello, a.duration)
+                cpu = procs.cpu_seconds(l4_pids) - c0
+                _stop(spy)
+                _stop(perf)
+                line.append(f"l4 {s.value or 0:6.0f} conn/s {cpu / max(1, s.count) * 1e6:6.1f} CPU-us err={s.errors}")
             if "ws" in what:
                 s = clients.ws_echo(l7.l7_port, "ws.bench.test", True, a.duration)
                 line.append(f"ws {s.value or 0:6.1f} us")
@@ -142,6 +163,9 @@ def main() -> int:
         print("counters", {k: v for k, v in st.items() if k.startswith(("upstream", "handshake", "requests", "conn"))})
     finally:
         l7.stop()
+        if "l4" in what:
+            peer.stop()
+        first_byte.stop()
         bn.stop()
         ws_b.stop()
         shutil.rmtree(work, ignore_errors=True)
