@@ -47,6 +47,11 @@ MODULES = (
     "sentin8.shm.breakers",
     "sentin8.shm.counters",
     "sentin8.shm.suspects",
+    "sentin8.shm.snapshot",
+    "sentin8.shm.policy",
+    "sentin8.policy",
+    "sentin8.routing",
+    # per handshake: the fleet's session-ticket callback, the certificate lookup of the SNI callback
     # the L7 edge: the protocol-neutral core, h1 and h2
     "workers.l7.admission",
     "workers.l7.contract",
