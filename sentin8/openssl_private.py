@@ -5,7 +5,9 @@ pyOpenSSL drives the OpenSSL that the ``cryptography`` wheel links statically in
 ``SSL_CTX_set_tlsext_ticket_key_evp_cb``, ``EVP_EncryptInit_ex`` or ``EVP_MAC_CTX_set_params`` (needed to
 seal session tickets with fleet-wide keys). The extension does not export them dynamically, but it keeps its
 static symbol table: this module reads that table once (ELF64, ``.symtab`` + ``.strtab``), adds the
-extension's load address (``dladdr``), and makes ``ctypes`` function pointers from the result.
+extension's load address (``dladdr``), and makes cffi function pointers from the result (ABI mode, ``ffi``:
+nothing to compile; a call through one costs a fraction of a ctypes call, which prepares its libffi call
+interface anew every time).
 
 Safety: before trusting any address, two functions cffi binds are resolved the same way and compared with the
 addresses cffi itself holds for them (``ffi.addressof`` gives cffi's static wrapper ``_cffi_d_<name>``, which
@@ -20,8 +22,11 @@ import mmap
 import struct
 from functools import cache
 
+import cffi
 from cryptography.hazmat.bindings._rust import _openssl
 from OpenSSL import SSL
+
+ffi = cffi.FFI()  # our declarations only; the callers add theirs (``ffi.cdef``)
 
 _CHECKS = ("SSL_CTX_new", "SSL_CTX_set_alpn_select_cb")
 
@@ -106,11 +111,17 @@ def resolve(names: tuple[str, ...]) -> dict[str, int] | None:
     return {n: base + symbols[n] for n in names}
 
 
-def function(address: int, restype: object, *argtypes: object) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
-    """A ctypes function at ``address`` (from ``resolve``)."""
-    return ctypes.CFUNCTYPE(restype, *argtypes)(address)
+def function(address: int, signature: str) -> object:
+    """The C function at ``address`` (from ``resolve``) as a cffi function pointer of type ``signature``
+    (e.g. ``"int (*)(void *, size_t)"``): pointer arguments are cdata (``pointer``), not ints."""
+    return ffi.cast(signature, address)
 
 
 def pointer_of(cdata: object) -> int:
     """The address a pyOpenSSL cffi pointer (``ctx._context``, ``conn._ssl``) holds."""
     return int(SSL._ffi.cast("uintptr_t", cdata))
+
+
+def pointer(cdata: object) -> object:
+    """A pyOpenSSL cffi pointer as a ``void *`` of ``ffi``, for the functions ``function`` makes."""
+    return ffi.cast("void *", pointer_of(cdata))

@@ -6,13 +6,12 @@ the key and initialises AES-256-CBC and HMAC-SHA256 with it; on resumption it fi
 or previous → 2 = "resume, and issue a fresh ticket"; unknown → 0 = full handshake). pyOpenSSL does not bind
 that function, so it and the two EVP initialisers are reached through ``sentin8.openssl_private``.
 
-The callback runs inside ``SSL_do_handshake`` (ctypes takes the GIL for it). It never raises into OpenSSL:
+The callback runs inside ``SSL_do_handshake`` (cffi takes the GIL for it). It never raises into OpenSSL:
 any failure returns "no ticket" / "unknown key", which costs a full handshake, never a connection.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 
@@ -32,33 +31,31 @@ _NAMES = (
 )
 _OSSL_PARAM_UTF8_STRING = 4
 _OSSL_PARAM_OCTET_STRING = 5
-_OSSL_PARAM_UNMODIFIED = ctypes.c_size_t(-1).value
+_OSSL_PARAM_UNMODIFIED = (1 << 64) - 1  # (size_t)-1
 _IV_LEN = 16  # AES-CBC
 
-_TicketCallback = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int
+# The callback's signature and the OSSL_PARAM layout, in openssl_private's ABI-mode ffi. cffi rather than
+# ctypes because this runs twice in every resumed handshake: a ctypes callback entry plus its foreign calls
+# (memmove and string_at are foreign calls too) measured ~37k instructions a callback, cffi's ~9k.
+_ffi = openssl_private.ffi
+_ffi.cdef(
+    """
+    typedef struct { const char *key; unsigned int data_type; void *data; size_t data_size; size_t return_size; }
+        OSSL_PARAM;
+    typedef int (*ticket_cb)(void *, unsigned char *, unsigned char *, void *, void *, int);
+    """
 )
-
-
-class _OsslParam(ctypes.Structure):
-    _fields_ = [
-        ("key", ctypes.c_char_p),
-        ("data_type", ctypes.c_uint),
-        ("data", ctypes.c_void_p),
-        ("data_size", ctypes.c_size_t),
-        ("return_size", ctypes.c_size_t),
-    ]
 
 
 class _Functions:
     def __init__(self, addresses: dict[str, int]) -> None:
         f = openssl_private.function
-        vp, i = ctypes.c_void_p, ctypes.c_int
-        self.set_cb = f(addresses["SSL_CTX_set_tlsext_ticket_key_evp_cb"], ctypes.c_long, vp, _TicketCallback)
-        self.encrypt_init = f(addresses["EVP_EncryptInit_ex"], i, vp, vp, vp, ctypes.c_char_p, vp)
-        self.decrypt_init = f(addresses["EVP_DecryptInit_ex"], i, vp, vp, vp, ctypes.c_char_p, vp)
-        self.mac_set_params = f(addresses["EVP_MAC_CTX_set_params"], i, vp, ctypes.POINTER(_OsslParam))
-        self.cipher = f(addresses["EVP_aes_256_cbc"], vp)()
+        self.set_cb = f(addresses["SSL_CTX_set_tlsext_ticket_key_evp_cb"], "long (*)(void *, ticket_cb)")
+        init = "int (*)(void *, void *, void *, const unsigned char *, const unsigned char *)"
+        self.encrypt_init = f(addresses["EVP_EncryptInit_ex"], init)
+        self.decrypt_init = f(addresses["EVP_DecryptInit_ex"], init)
+        self.mac_set_params = f(addresses["EVP_MAC_CTX_set_params"], "int (*)(void *, const OSSL_PARAM *)")
+        self.cipher = f(addresses["EVP_aes_256_cbc"], "void *(*)(void)")()
 
 
 def _functions() -> _Functions | None:
@@ -81,9 +78,10 @@ class TicketSealer:
             raise RuntimeError("the bundled OpenSSL's ticket-key hook is not reachable")
         self.ring = ring
         self._fns = fns
-        self._callback = _TicketCallback(self._on_ticket)
+        # error=0 if an exception ever escaped _on_ticket (it catches them): "no ticket" / "unknown key"
+        self._callback = _ffi.callback("ticket_cb", self._on_ticket, error=0)
         self._digest = b"SHA256"  # 6 bytes, as the OSSL_PARAM below says
-        self._params: dict[TicketKey, ctypes.Array[_OsslParam]] = {}
+        self._params: dict[TicketKey, tuple[object, ...]] = {}
         # Counters (plain attributes).
         self.sealed = 0
         self.opened_current = 0
@@ -93,56 +91,60 @@ class TicketSealer:
 
     def install(self, ctx: SSL.Context) -> None:
         """Seal this context's tickets with the ring's keys (the front context is the one OpenSSL uses)."""
-        if self._fns.set_cb(openssl_private.pointer_of(ctx._context), self._callback) != 1:
+        if self._fns.set_cb(openssl_private.pointer(ctx._context), self._callback) != 1:
             raise RuntimeError("SSL_CTX_set_tlsext_ticket_key_evp_cb failed")
         # A ticket opens for one to two rotation periods (its epoch and the next): promise the client the
         # one it can count on (the ticket's lifetime hint; OpenSSL's default is a fixed 7200 s).
         ctx.set_timeout(max(1, int(self.ring.rotation_s)))
 
-    def _mac_params(self, key: TicketKey) -> ctypes.Array[_OsslParam]:
+    def _mac_params(self, key: TicketKey) -> object:
         """The HMAC key and digest as OSSL_PARAMs, built once per key (two keys live at a time)."""
         params = self._params.get(key)
         if params is None:
             if len(self._params) >= 4:
                 self._params.clear()
             params = self._params[key] = self._build_mac_params(key)
-        return params
+        return params[0]
 
-    def _build_mac_params(self, key: TicketKey) -> ctypes.Array[_OsslParam]:
-        hmac_key = ctypes.create_string_buffer(key.hmac_key, len(key.hmac_key))
-        digest = ctypes.create_string_buffer(self._digest)
-        unmodified = _OSSL_PARAM_UNMODIFIED
-        params = (_OsslParam * 3)(
-            _OsslParam(b"key", _OSSL_PARAM_OCTET_STRING, ctypes.cast(hmac_key, ctypes.c_void_p), 32, unmodified),
-            _OsslParam(b"digest", _OSSL_PARAM_UTF8_STRING, ctypes.cast(digest, ctypes.c_void_p), 6, unmodified),
-            _OsslParam(None, 0, None, 0, 0),
+    def _build_mac_params(self, key: TicketKey) -> tuple[object, ...]:
+        """(the OSSL_PARAM array, what it points into): the buffers live as long as the array's entry."""
+        hmac_key = _ffi.new("unsigned char[]", key.hmac_key)
+        digest = _ffi.new("char[]", self._digest)
+        names = (_ffi.new("char[]", b"key"), _ffi.new("char[]", b"digest"))
+        params = _ffi.new(
+            "OSSL_PARAM[3]",
+            [
+                (names[0], _OSSL_PARAM_OCTET_STRING, hmac_key, 32, _OSSL_PARAM_UNMODIFIED),
+                (names[1], _OSSL_PARAM_UTF8_STRING, digest, 6, _OSSL_PARAM_UNMODIFIED),
+                (_ffi.NULL, 0, _ffi.NULL, 0, 0),
+            ],
         )
-        params._keep = (hmac_key, digest)  # type: ignore[attr-defined]  # alive as long as the array
-        return params
+        return params, hmac_key, digest, names
 
-    def _on_ticket(self, _ssl: int, key_name: int, iv: int, cipher_ctx: int, mac_ctx: int, enc: int) -> int:
+    def _on_ticket(self, _ssl: object, key_name: object, iv: object, cipher: object, mac: object, enc: int) -> int:
+        # the pointers are cffi cdata: memmove into them, never keep them past the call
         try:
             if enc:
                 key, _ = self.ring.keys()
-                ctypes.memmove(key_name, key.name, 16)
-                ctypes.memmove(iv, os.urandom(_IV_LEN), _IV_LEN)
-                if self._fns.encrypt_init(cipher_ctx, self._fns.cipher, None, key.aes_key, iv) != 1:
+                _ffi.memmove(key_name, key.name, 16)
+                _ffi.memmove(iv, os.urandom(_IV_LEN), _IV_LEN)
+                if self._fns.encrypt_init(cipher, self._fns.cipher, _ffi.NULL, key.aes_key, iv) != 1:
                     self.errors += 1
                     return -1
-                if self._fns.mac_set_params(mac_ctx, self._mac_params(key)) != 1:
+                if self._fns.mac_set_params(mac, self._mac_params(key)) != 1:
                     self.errors += 1
                     return -1
                 self.sealed += 1
                 return 1
-            found = self.ring.lookup(ctypes.string_at(key_name, 16))
+            found = self.ring.lookup(_ffi.buffer(key_name, 16)[:])
             if found is None:
                 self.unknown += 1
                 return 0  # a full handshake, and a fresh ticket
             key, current = found
-            if self._fns.mac_set_params(mac_ctx, self._mac_params(key)) != 1:
+            if self._fns.mac_set_params(mac, self._mac_params(key)) != 1:
                 self.errors += 1
                 return 0
-            if self._fns.decrypt_init(cipher_ctx, self._fns.cipher, None, key.aes_key, iv) != 1:
+            if self._fns.decrypt_init(cipher, self._fns.cipher, _ffi.NULL, key.aes_key, iv) != 1:
                 self.errors += 1
                 return 0
             if current:

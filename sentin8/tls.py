@@ -16,7 +16,6 @@ pyOpenSSL. Session tickets are sealed with the front context's keys, so resumpti
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import ipaddress
 import logging
@@ -111,20 +110,20 @@ TICKETS_PER_HANDSHAKE = 1
 
 
 @functools.cache
-def _num_tickets_setter() -> Callable[[int, int], int] | None:
+def _num_tickets_setter() -> Callable[[object, int], int] | None:
     """``SSL_CTX_set_num_tickets`` of the bundled OpenSSL (not in pyOpenSSL's bindings), or None."""
     found = openssl_private.resolve(("SSL_CTX_set_num_tickets",))
     if found is None:
         log.warning("TLS: SSL_CTX_set_num_tickets is not reachable; OpenSSL's default of 2 tickets stays")
         return None
-    return openssl_private.function(found["SSL_CTX_set_num_tickets"], ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
+    return openssl_private.function(found["SSL_CTX_set_num_tickets"], "int (*)(void *, size_t)")
 
 
 def set_num_tickets(ctx: SSL.Context, count: int = TICKETS_PER_HANDSHAKE) -> bool:
     """Issue ``count`` session tickets per handshake on this server context; False when the call is unreachable
     (the context keeps OpenSSL's default)."""
     setter = _num_tickets_setter()
-    return setter is not None and setter(openssl_private.pointer_of(ctx._context), count) == 1
+    return setter is not None and setter(openssl_private.pointer(ctx._context), count) == 1
 
 
 def release_idle_buffers(ctx: SSL.Context) -> None:
@@ -293,7 +292,8 @@ _from_buffer, _buffer = _ffi.from_buffer, _ffi.buffer
 _CTRL_GET_PEER_TMP_KEY = 109  # SSL_CTRL_GET_PEER_TMP_KEY
 _CTRL_GET_TMP_KEY = 133  # SSL_CTRL_GET_TMP_KEY
 _SCAN_BYTES = 4096  # the slots sit at ~1.2 KB of the ~6 KB SSL_CONNECTION (OpenSSL 3.x/4.0); the scan stays inside
-_WORD = ctypes.sizeof(ctypes.c_void_p)
+_WORD = 8  # 64-bit builds only: the ELF64 symbol reader (openssl_private) proves nothing elsewhere
+_ffi = openssl_private.ffi
 
 
 class _KeyShares:
@@ -306,27 +306,25 @@ class _KeyShares:
         if found is None:
             log.warning("TLS: SSL_ctrl/EVP_PKEY_free are not reachable; handshake key shares stay until close")
             return
-        self.ctrl = openssl_private.function(
-            found["SSL_ctrl"], ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p
-        )
-        self.free = openssl_private.function(found["EVP_PKEY_free"], None, ctypes.c_void_p)
+        self.ctrl = openssl_private.function(found["SSL_ctrl"], "long (*)(void *, int, long, void *)")
+        self.free = openssl_private.function(found["EVP_PKEY_free"], "void (*)(void *)")
 
     def release(self, ssl: int, ctrl: int) -> bool:
         """Free the key behind ``ctrl`` on the connection at ``ssl``; True when one was freed."""
-        key = ctypes.c_void_p()
-        if self.ctrl(ssl, ctrl, 0, ctypes.byref(key)) != 1 or not key.value:
+        key = _ffi.new("void **")
+        if self.ctrl(_ffi.cast("void *", ssl), ctrl, 0, key) != 1 or key[0] == _ffi.NULL:
             return False
-        pointer = key.value
+        pointer = key[0]
         try:
             slot = self.slots.get(ctrl, -1)
             if slot == -1:
-                slot = self.slots[ctrl] = self._find(ssl, pointer, ctrl)
+                slot = self.slots[ctrl] = self._find(ssl, int(_ffi.cast("uintptr_t", pointer)), ctrl)
             if slot is None:
                 return False
-            field = ctypes.c_void_p.from_address(ssl + slot)
-            if field.value != pointer:
+            field = _ffi.cast("void **", ssl + slot)
+            if field[0] != pointer:
                 return False  # not where it was proven: leave it
-            field.value = None
+            field[0] = _ffi.NULL
             self.free(pointer)  # the connection's reference (ssl3_free's EVP_PKEY_free)
             return True
         finally:
@@ -334,7 +332,7 @@ class _KeyShares:
 
     @staticmethod
     def _find(ssl: int, pointer: int, ctrl: int) -> int | None:
-        words = (ctypes.c_uint64 * (_SCAN_BYTES // _WORD)).from_address(ssl)
+        words = memoryview(_ffi.buffer(_ffi.cast("char *", ssl), _SCAN_BYTES)).cast("Q").tolist()
         hits = [i * _WORD for i, w in enumerate(words) if w == pointer]
         if len(hits) != 1:
             log.warning(

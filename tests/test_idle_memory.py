@@ -4,7 +4,6 @@ checked to be released on the real objects and the connection to work on exactly
 
 from __future__ import annotations
 
-import ctypes
 import time
 from pathlib import Path
 
@@ -73,11 +72,12 @@ def _handshake(front: SSL.Context, session: SSL.Session | None = None) -> tuple[
 
 def _peer_key(io: tls.RecordIO) -> int | None:
     shares = tls._key_shares()
-    key = ctypes.c_void_p()
-    if shares.ctrl(openssl_private.pointer_of(io._ssl), 109, 0, ctypes.byref(key)) != 1:
+    ffi = openssl_private.ffi
+    key = ffi.new("void **")
+    if shares.ctrl(openssl_private.pointer(io._ssl), 109, 0, key) != 1 or key[0] == ffi.NULL:
         return None
-    shares.free(key.value)
-    return key.value
+    shares.free(key[0])
+    return int(ffi.cast("uintptr_t", key[0]))
 
 
 def test_the_handshake_key_shares_are_freed_and_the_connection_works_on(front: SSL.Context) -> None:
