@@ -1,4 +1,5 @@
 from workers.l7.relay cimport ResponseRelay
+from workers.l7.admission cimport admit
 
 cdef class Exchange(ResponseRelay):
     # the steps of one request that call each other (relay.pxd has the rest): C calls
