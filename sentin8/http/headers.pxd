@@ -1,0 +1,6 @@
+# C declarations for headers.py's per-request helpers (Cython pure-Python mode; headers.py stays the source):
+# forward_headers calls each once per request, as C calls instead of through the Python call protocol.
+cpdef tuple _filter_request(list headers, bint websocket, bint http10)
+cpdef bytes correlation_id(object client_value)
+cpdef bytes _uuid4()
+cpdef list _drop_listed(list out, list tokens)
