@@ -47,16 +47,22 @@ def _run(main) -> None:
         loop.close()
 
 
+async def _backpressured(loop: asyncio.AbstractEventLoop, listener: socket.socket):
+    """A pipe between two loopback connections, the client sending PAYLOAD until the backend side is full."""
+    poll, pool = PollSet(loop), PipePool()
+    client_app, client_side = _pair(listener)
+    backend_side, backend_app = _pair(listener)
+    closed = loop.create_future()
+    pipe = SplicePipe(poll, client_side, backend_side, pool, closed.set_result)
+    pipe.start()
+    sending = asyncio.ensure_future(loop.sock_sendall(client_app, PAYLOAD))
+    await _until(lambda: pipe.upstream.writing, "the backend never filled up")
+    return poll, pool, pipe, closed, client_app, backend_app, sending
+
+
 def test_a_full_destination_backpressures_and_every_byte_arrives(listener):
     async def main(loop: asyncio.AbstractEventLoop) -> None:
-        poll, pool = PollSet(loop), PipePool()
-        client_app, client_side = _pair(listener)
-        backend_side, backend_app = _pair(listener)
-        closed = loop.create_future()
-        pipe = SplicePipe(poll, client_side, backend_side, pool, closed.set_result)
-        pipe.start()
-        sending = asyncio.ensure_future(loop.sock_sendall(client_app, PAYLOAD))
-        await _until(lambda: pipe.upstream.writing, "the backend never filled up")
+        poll, pool, pipe, closed, client_app, backend_app, sending = await _backpressured(loop, listener)
         assert not pipe.upstream.reading  # the client is not read while the backend cannot take more
         got = bytearray()
         while len(got) < len(PAYLOAD):
@@ -83,14 +89,7 @@ def test_a_full_destination_backpressures_and_every_byte_arrives(listener):
 
 def test_a_reset_while_backpressured_ends_the_pipe(listener):
     async def main(loop: asyncio.AbstractEventLoop) -> None:
-        poll, pool = PollSet(loop), PipePool()
-        client_app, client_side = _pair(listener)
-        backend_side, backend_app = _pair(listener)
-        closed = loop.create_future()
-        pipe = SplicePipe(poll, client_side, backend_side, pool, closed.set_result)
-        pipe.start()
-        sending = asyncio.ensure_future(loop.sock_sendall(client_app, PAYLOAD))
-        await _until(lambda: pipe.upstream.writing, "the backend never filled up")
+        poll, pool, pipe, closed, client_app, backend_app, sending = await _backpressured(loop, listener)
         backend_app.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         backend_app.close()  # RST, with the pipe waiting for it to become writable
         assert await asyncio.wait_for(closed, 5) is pipe
