@@ -1,4 +1,12 @@
 from workers.l7.h2.lifecycle cimport ConnectionLifecycle
 
 cdef class H2Bridge(ConnectionLifecycle):
-    pass
+    # the connection's calls on itself per stream and per write (from data_received, flush, the streams'
+    # ends): C calls. _open stays a def: it builds a closure, which a cpdef method cannot hold.
+    cpdef _event(self, ev)
+    cpdef stream_done(self, st)
+    cpdef _forget(self, st)
+    cpdef _end_stream_request(self, st)
+    cpdef flush_soon(self)
+    cpdef _flush_now(self)
+    cpdef flush(self)
