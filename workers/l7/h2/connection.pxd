@@ -1,4 +1,5 @@
 from workers.l7.h2.lifecycle cimport ConnectionLifecycle
+from sentin8.http.framing cimport measured_budget
 
 cdef class H2Bridge(ConnectionLifecycle):
     # the connection's calls on itself per stream and per write (from data_received, flush, the streams'
