@@ -11,7 +11,7 @@ import pytest
 import uvloop
 
 from workers.connect import connect_tcp
-from workers.l4_pipe import PipePool, SplicePipe
+from workers.l4_pipe import PipePool, SplicePipe, _Direction
 from workers.poll_set import PollSet
 
 PAYLOAD = os.urandom(16 << 20)  # far above two socket buffers and a kernel pipe: the destination fills
@@ -127,6 +127,48 @@ def test_a_connected_backend_is_handed_to_the_pipe_in_the_set(listener):
         with pytest.raises(OSError):
             await connect_tcp(poll, "127.0.0.1", port, 2.0)
         assert len(poll) == 0
+        poll.close()
+        pool.close()
+
+    _run(main)
+
+
+def test_a_bug_in_one_pipe_costs_that_connection_only(listener, monkeypatch):
+    """An exception in a pipe's event handler (a bug) aborts that pipe and leaves nothing of it watched
+    (level-triggered readiness would call the broken handler forever); the worker's other pipes go on."""
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        poll, pool = PollSet(loop), PipePool()
+        pipes = []
+        for _ in range(2):
+            client_app, client_side = _pair(listener)
+            backend_side, backend_app = _pair(listener)
+            closed = loop.create_future()
+            SplicePipe(poll, client_side, backend_side, pool, closed.set_result).start()
+            pipes.append((client_app, client_side.fileno(), backend_app, closed))
+        (bad_app, bad_fd, bad_backend, bad_closed), (client_app, _, backend_app, closed) = pipes
+        real = _Direction.on_readable
+
+        def broken(self: _Direction) -> None:
+            if self.src_fd == bad_fd:
+                raise RuntimeError("a bug")
+            real(self)
+
+        monkeypatch.setattr(_Direction, "on_readable", broken)
+        await loop.sock_sendall(bad_app, b"boom")
+        await asyncio.wait_for(bad_closed, 5)  # aborted: both its sockets closed, on_close called once
+        assert len(poll) == 2  # only the healthy pipe's two sockets are still watched
+        with pytest.raises(OSError):  # reset, so the client learns at once
+            while await loop.sock_recv(bad_app, 1):
+                pass
+        await loop.sock_sendall(client_app, b"fine")  # the other pipe goes on
+        assert await loop.sock_recv(backend_app, 4) == b"fine"
+        client_app.close()
+        backend_app.close()
+        await asyncio.wait_for(closed, 5)
+        assert len(poll) == 0
+        for s in (bad_app, bad_backend):
+            s.close()
         poll.close()
         pool.close()
 

@@ -21,6 +21,8 @@ import os
 import socket
 from collections.abc import Callable
 
+from sentin8.eventlog import event
+
 from .poll_set import ERR, HUP, IN, OUT, PollSet
 
 SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
@@ -219,10 +221,14 @@ class SplicePipe:
 
     def _events(self, events: int, reader: _Direction, writer: _Direction) -> None:
         # ERR and HUP go to whichever direction watches the socket: its next splice meets the condition
-        if events & (IN | ERR | HUP) and reader.reading:
-            reader.on_readable()
-        if events & (OUT | ERR | HUP) and writer.writing and not self.closed:
-            writer.on_writable()
+        try:
+            if events & (IN | ERR | HUP) and reader.reading:
+                reader.on_readable()
+            if events & (OUT | ERR | HUP) and writer.writing and not self.closed:
+                writer.on_writable()
+        except Exception as exc:  # a bug costs this connection, never the worker or its other pipes
+            event("connection_error", "error", error=type(exc).__name__, where="l4_pipe")
+            self.abort()
 
     def direction_done(self, d: _Direction) -> None:
         if self.closed:
