@@ -135,6 +135,9 @@ class HTTPBackend:
                     backend.slow_started.set()
                     backend.release_slow.wait(30)  # held until the test lets it answer
                 body = self._body()
+                if body is None:  # the proxy gave up on the request mid-body (its client went): no answer
+                    self.close_connection = True
+                    return
                 seen = {
                     "backend": backend.name,
                     "method": self.command,
@@ -154,13 +157,17 @@ class HTTPBackend:
 
             do_GET = do_POST = do_PUT = do_DELETE = _answer
 
-            def _body(self) -> bytes:
+            def _body(self) -> bytes | None:
                 """The whole request body, as framed: a chunked one too (a streamed body the proxy forwards).
-                Answering before reading it would leave its chunks to be parsed as the next request."""
+                Answering before reading it would leave its chunks to be parsed as the next request. None when
+                the connection ends before the last chunk."""
                 if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
                     out = bytearray()
                     while True:
-                        size = int(self.rfile.readline(65537).split(b";")[0], 16)
+                        line = self.rfile.readline(65537)
+                        if not line:
+                            return None
+                        size = int(line.split(b";")[0], 16)
                         if size == 0:
                             while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
                                 pass  # trailers
