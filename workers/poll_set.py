@@ -69,10 +69,6 @@ class PollSet:
         """The fds in the set."""
         return len(self._watched)
 
-    def watched(self, fd: int) -> int:
-        """The events ``fd`` wants now (0 when it is not in the set)."""
-        return self._events.get(fd, 0)
-
     def _dispatch(self) -> None:
         try:
             ready = self._epoll.poll(0, _BATCH)
