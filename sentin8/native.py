@@ -51,7 +51,6 @@ MODULES = (
     "sentin8.shm.policy",
     "sentin8.policy",
     "sentin8.routing",
-    # per handshake: the fleet's session-ticket callback, the certificate lookup of the SNI callback
     # the L7 edge: the protocol-neutral core, h1 and h2
     "workers.l7.admission",
     "workers.l7.contract",

@@ -293,7 +293,7 @@ _CTRL_GET_PEER_TMP_KEY = 109  # SSL_CTRL_GET_PEER_TMP_KEY
 _CTRL_GET_TMP_KEY = 133  # SSL_CTRL_GET_TMP_KEY
 _SCAN_BYTES = 4096  # the slots sit at ~1.2 KB of the ~6 KB SSL_CONNECTION (OpenSSL 3.x/4.0); the scan stays inside
 _WORD = 8  # 64-bit builds only: the ELF64 symbol reader (openssl_private) proves nothing elsewhere
-_ffi = openssl_private.ffi
+_abi = openssl_private.ffi  # the functions openssl_private reaches (cffi ABI mode), not pyOpenSSL's _ffi
 
 
 class _KeyShares:
@@ -311,20 +311,20 @@ class _KeyShares:
 
     def release(self, ssl: int, ctrl: int) -> bool:
         """Free the key behind ``ctrl`` on the connection at ``ssl``; True when one was freed."""
-        key = _ffi.new("void **")
-        if self.ctrl(_ffi.cast("void *", ssl), ctrl, 0, key) != 1 or key[0] == _ffi.NULL:
+        key = _abi.new("void **")
+        if self.ctrl(_abi.cast("void *", ssl), ctrl, 0, key) != 1 or key[0] == _abi.NULL:
             return False
         pointer = key[0]
         try:
             slot = self.slots.get(ctrl, -1)
             if slot == -1:
-                slot = self.slots[ctrl] = self._find(ssl, int(_ffi.cast("uintptr_t", pointer)), ctrl)
+                slot = self.slots[ctrl] = self._find(ssl, int(_abi.cast("uintptr_t", pointer)), ctrl)
             if slot is None:
                 return False
-            field = _ffi.cast("void **", ssl + slot)
+            field = _abi.cast("void **", ssl + slot)
             if field[0] != pointer:
                 return False  # not where it was proven: leave it
-            field[0] = _ffi.NULL
+            field[0] = _abi.NULL
             self.free(pointer)  # the connection's reference (ssl3_free's EVP_PKEY_free)
             return True
         finally:
@@ -332,7 +332,7 @@ class _KeyShares:
 
     @staticmethod
     def _find(ssl: int, pointer: int, ctrl: int) -> int | None:
-        words = memoryview(_ffi.buffer(_ffi.cast("char *", ssl), _SCAN_BYTES)).cast("Q").tolist()
+        words = memoryview(_abi.buffer(_abi.cast("char *", ssl), _SCAN_BYTES)).cast("Q").tolist()
         hits = [i * _WORD for i, w in enumerate(words) if w == pointer]
         if len(hits) != 1:
             log.warning(
