@@ -98,7 +98,7 @@ def _check_names(joined: bytes, fields: Sequence[Header]) -> None:
     if (
         not joined
         or joined.translate(None, _NAME_BYTES_LF)
-        or b"\n\n" in joined
+        or joined.find(b"\n\n") >= 0  # find(), not `in`: see map_request
         or joined[:1] == b"\n"
         or joined[-1:] == b"\n"
     ):
@@ -117,8 +117,8 @@ def _check_values(fields: Sequence[Header]) -> None:
     if (
         len(values.translate(None, _VALUE_CTL)) != len(values)
         or values.count(b"\n") != len(fields) - 1
-        or b" \n" in values
-        or b"\n " in values
+        or values.find(b" \n") >= 0
+        or values.find(b"\n ") >= 0
         or values[:1] == b" "
         or values[-1:] == b" "
     ):
@@ -197,7 +197,8 @@ def map_request(
     out = list(fields[i:]) if i else list(fields)
     names = [f[0] for f in out]
     joined = b"\n".join(names)
-    if b":" in joined:  # kept even when the engine checks: a pseudo-header must never go upstream as a field
+    # find(), not `in`: Python 3.11 formats a TypeError inside every `bytes in bytes` (~2k instructions)
+    if joined.find(b":") >= 0:  # kept even when the engine checks: a pseudo-header must never go upstream as a field
         for name in names:
             if name[:1] == b":":
                 raise H2Refusal("h2_pseudo_after_regular")
@@ -293,7 +294,7 @@ def check_trailers(fields: Sequence[Header]) -> None:
         return
     names = [f[0] for f in fields]
     joined = b"\n".join(names)
-    if b":" in joined:
+    if joined.find(b":") >= 0:
         raise H2Refusal("h2_pseudo_in_trailers" if any(n[:1] == b":" for n in names) else "h2_bad_name")
     _check_names(joined, fields)
     if joined.count(b"\n") != len(fields) - 1:

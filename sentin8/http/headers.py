@@ -163,7 +163,8 @@ def _filter_request(headers: list[Header], websocket: bool, http10: bool) -> tup
         low = header[0].lower()
         if low[:1] == b"x":
             # "_" too: CGI/WSGI backends read X_Sentin8_Env_Id and X-Sentin8-Env-Id as one name.
-            norm = low.replace(b"_", b"-") if b"_" in low else low
+            # find(), not `in`: Python 3.11 formats a TypeError inside every `bytes in bytes` (~2k instructions)
+            norm = low.replace(b"_", b"-") if low.find(b"_") >= 0 else low
             if norm[:10] == RESERVED_PREFIX or norm[:12] == b"x-forwarded-" or norm == b"x-real-ip":
                 continue
             if low == b"x-correlation-id" and corr is None:
@@ -243,7 +244,7 @@ def response_headers(headers: list[Header], *, interim: bool = False, upgrade: b
                 tokens += _listed_in_connection(header[1], _RESPONSE_CONNECTION_OPTIONS)
         # Reserved in either spelling (as for requests). Every such name sorts at or after "x-sentin8-" ("_"
         # sorts after "-"), so one comparison clears nearly every header.
-        elif low < RESERVED_PREFIX or (low.replace(b"_", b"-") if b"_" in low else low)[:10] != RESERVED_PREFIX:
+        elif low < RESERVED_PREFIX or (low.replace(b"_", b"-") if low.find(b"_") >= 0 else low)[:10] != RESERVED_PREFIX:
             append(header)
     out = _drop_listed(out, tokens)
     if upgrade:
