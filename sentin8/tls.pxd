@@ -10,3 +10,5 @@ cdef class RecordIO:
     cpdef drain(self)
     cpdef _renew_out(self)
     cpdef _renew_into(self)
+
+cpdef object _scratch()  # twice per request: a C call from RecordIO

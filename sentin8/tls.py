@@ -360,9 +360,17 @@ def release_key_shares(ssl: object) -> int:
 _SCRATCH = 65536  # one record is at most 16 KiB of plaintext; output flights can be larger (looped)
 _RENEW_ABOVE = 4096  # a drain above this renews the outgoing BIO: small responses keep theirs (~5 KiB at most)
 _local = threading.local()  # cffi releases the GIL in calls: one scratch buffer per thread, copied out at once
+# The thread that imported this module (a worker's loop thread: fork keeps it) skips the thread-local lookup,
+# ~0.8k instructions a call (callgrind), twice per request. An ident is reused only once its thread is gone,
+# so a later thread that inherits it cannot share the buffer with a live one.
+_get_ident = threading.get_ident
+_home_ident = _get_ident()
+_home_buf = _ffi.new("char[]", _SCRATCH)
 
 
 def _scratch() -> object:
+    if _get_ident() == _home_ident:
+        return _home_buf
     try:
         return _local.buf
     except AttributeError:
