@@ -1,6 +1,7 @@
 """The proxy's own CPU for one keep-alive GET, in one process: pure Python against the compiled build.
 
     .venv/bin/python -m bench.profile.keepalive [--requests 20000] [--rounds 5] [--plain | --h2 M [--pool N]]
+    .venv/bin/python -m bench.profile.keepalive --connections full|resumed --requests 300   # per connection
     SENTIN8_PURE=1 .venv/bin/python -m bench.profile.keepalive ...      the same, on the .py files
 
 The worker's path of a request, on loopback sockets: the PQ TLS layer (``workers.tls_layer``, ML-DSA-65 and
@@ -33,6 +34,7 @@ from pathlib import Path
 
 import uvloop
 from cryptography.hazmat.primitives import serialization
+from OpenSSL import SSL
 
 import sentin8
 from bench import pqtls
@@ -176,11 +178,15 @@ class Proxy:
 
 
 class Client:
-    def __init__(self, port: int, plain: bool) -> None:
+    def __init__(self, conn: socket.socket | SSL.Connection) -> None:
+        self.conn = conn
+        self.buf = b""
+
+    @classmethod
+    def connect(cls, port: int, plain: bool) -> Client:
         sock = socket.create_connection(("127.0.0.1", port))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.conn = sock if plain else pqtls.client(sock, HOST)
-        self.buf = b""
+        return cls(sock if plain else pqtls.client(sock, HOST))
 
     def get(self) -> None:
         self.conn.sendall(REQUEST)
@@ -197,6 +203,36 @@ class Client:
             if not data:
                 raise EOFError("the proxy closed the connection")
             self.buf += data
+
+
+class FreshClient:
+    """One PQ TLS connection per GET, as ``h2load --h1 -n N -c N`` makes them: connect, handshake (``resumed``:
+    offering the ticket of the previous connection, psk_dhe_ke), one keep-alive GET, close_notify, close. The
+    figure is then the proxy's CPU per connection: accept, TLS layer, handshake, bridge, one request, teardown."""
+
+    def __init__(self, port: int, resumed: bool) -> None:
+        self.port = port
+        self.ctx = pqtls.resuming_client_context() if resumed else pqtls.client_context()
+        self.resumed = resumed
+        self.session: object | None = None
+
+    def get(self) -> None:
+        sock = socket.create_connection(("127.0.0.1", self.port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        pqtls.kernel_timeouts(sock, 10.0)
+        conn = SSL.Connection(self.ctx, sock)
+        conn.set_tlsext_host_name(HOST.encode())
+        conn.set_connect_state()
+        if self.session is not None:
+            conn.set_session(self.session)
+        conn.do_handshake()
+        if self.session is not None and not tls.session_reused(conn):
+            raise AssertionError("the proxy did not resume the session: this would measure full handshakes")
+        Client(conn).get()  # the ticket arrives before the response: the session is resumable from here
+        if self.resumed:
+            self.session = conn.get_session()
+        conn.shutdown()
+        sock.close()
 
 
 class H2Client:
@@ -239,12 +275,16 @@ class H2Client:
             assert r.status == 200 and len(r.body) == len(BODY), (r.status, r.reset)
 
 
-def run_client(port: int, plain: bool, control: socket.socket, requests: int, rounds: int, h2: int = 0) -> None:
-    if h2:
+def run_client(
+    port: int, plain: bool, control: socket.socket, requests: int, rounds: int, h2: int = 0, connections: str = ""
+) -> None:
+    if connections:
+        get, per = FreshClient(port, connections == "resumed").get, 1
+    elif h2:
         h2c = H2Client(port, h2)
         get, per = h2c.batch, h2  # one call answers ``h2`` requests
     else:
-        get, per = Client(port, plain).get, 1
+        get, per = Client.connect(port, plain).get, 1
     for _ in range(max(1, 500 // per)):  # warm-up: the pooled upstream connections, caches, the allocator
         get()
     for _ in range(rounds):
@@ -281,6 +321,12 @@ def main() -> int:
         metavar="N",
         help="idle upstream connections kept (default: as many as requests in flight)",
     )
+    ap.add_argument(
+        "--connections",
+        choices=("full", "resumed"),
+        default="",
+        help="a new PQ TLS connection per GET (full handshakes, or resuming the previous ticket)",
+    )
     ap.add_argument("--role", default="proxy", help=argparse.SUPPRESS)
     ap.add_argument("--fd", type=int, default=-1, help=argparse.SUPPRESS)
     ap.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
@@ -289,7 +335,7 @@ def main() -> int:
         serve_backend(socket.socket(fileno=a.fd))
         return 0
     if a.role == "client":
-        run_client(int(a.rest[0]), a.plain, socket.socket(fileno=a.fd), a.requests, a.rounds, a.h2)
+        run_client(int(a.rest[0]), a.plain, socket.socket(fileno=a.fd), a.requests, a.rounds, a.h2, a.connections)
         return 0
     srv = socket.create_server(("127.0.0.1", 0))
     backend_proc = child("backend", srv.fileno())
@@ -300,6 +346,7 @@ def main() -> int:
     srv.close()
     mine, theirs = socket.socketpair()
     extra = (["--plain"] if a.plain else []) + (["--h2", str(a.h2)] if a.h2 else [])
+    extra += ["--connections", a.connections] if a.connections else []
     client_proc = child("client", theirs.fileno(), "--requests", a.requests, "--rounds", a.rounds, *extra, proxy.port)
     theirs.close()
     marks = proxy.measure(mine)
@@ -310,8 +357,11 @@ def main() -> int:
     per = [(b[0] + b[1] - a_[0] - a_[1]) / a.requests * 1e6 for a_, b in spans]
     user = [(b[0] - a_[0]) / a.requests * 1e6 for a_, b in spans]
     what = f"plain h2 -m{a.h2}" if a.h2 else "plain h1" if a.plain else "PQ TLS h1"
+    unit = "keep-alive GET"
+    if a.connections:
+        what, unit = f"PQ TLS h1, a {a.connections} handshake per GET", "connection"
     print(
-        f"{sentin8.BUILD:8} {what}: proxy CPU per keep-alive GET median {statistics.median(per):.1f} µs "
+        f"{sentin8.BUILD:8} {what}: proxy CPU per {unit} median {statistics.median(per):.1f} µs "
         f"(best {min(per):.1f}), of it user {statistics.median(user):.1f} µs (best {min(user):.1f}); "
         f"{a.rounds} x {a.requests}",
         flush=True,
