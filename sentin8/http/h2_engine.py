@@ -431,7 +431,8 @@ class ServerConnection:
         return self.reset(stream_id, REFUSED_STREAM)
 
     def _head(self, status: int, fields: list[Header]) -> list[Header]:
-        head = [(b":status", _STATUS.get(status) or b"%d" % status)]
+        statuses = _STATUS  # a local: no bound .get made per response when compiled
+        head = [(b":status", statuses.get(status) or b"%d" % status)]
         head += [(n.lower(), v) for n, v in fields]
         return head
 

@@ -486,7 +486,8 @@ class Exchange(ResponseRelay):
             # the backend's own 502/503/504 and the ones we answered for it (broken response, timeout)
             ctx.upstream_result(self.instance.id, status not in (502, 503, 504))
         if status and status != 101:  # counted and timed at the switch
-            ctx.count(_STATUS_CLASS.get(status // 100, "status_other"))
+            classes = _STATUS_CLASS  # a local: no bound .get made per request when compiled
+            ctx.count(classes.get(status // 100, "status_other"))
             ctx.request_done(self, client.loop.time() - self.req.t0)
         client.exchange_done(self)
         # The parser holds our bound methods and we hold it: break the cycle so this exchange is freed by
