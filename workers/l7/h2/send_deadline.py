@@ -105,6 +105,8 @@ class SendDeadlines:
                     entry[1], entry[2] = sent, now
         if self._finishing:
             finishing, self._finishing = self._finishing, []
+            if not engine.buffered():
+                return  # nothing queued on any stream (the usual write): every finished one has left whole
             for st in finishing:
                 if st.sid not in self._stalled and streams.get(st.sid) is not st and engine.buffered(st.sid):
                     self._arm(st)  # behind a shut window: from now on it must move within the timeout
