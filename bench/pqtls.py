@@ -65,12 +65,21 @@ def kernel_timeouts(sock: socket.socket, seconds: float) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
 
 
-def client(sock: socket.socket, sni: str, ctx: SSL.Context | None = None, timeout: float = 10.0) -> SSL.Connection:
-    """A PQ TLS client connection on a connected socket, handshake done; waits end after ``timeout``."""
+def client(
+    sock: socket.socket,
+    sni: str,
+    ctx: SSL.Context | None = None,
+    timeout: float = 10.0,
+    session: SSL.Session | None = None,
+) -> SSL.Connection:
+    """A PQ TLS client connection on a connected socket, handshake done; waits end after ``timeout``.
+    ``session`` (from ``get_session`` on a ``resuming_client_context`` connection) is offered for resumption."""
     kernel_timeouts(sock, timeout)
     conn = SSL.Connection(ctx or client_context(), sock)
     conn.set_tlsext_host_name(sni.encode())
     conn.set_connect_state()
+    if session is not None:
+        conn.set_session(session)
     conn.do_handshake()
     return conn
 

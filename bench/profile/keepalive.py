@@ -177,6 +177,12 @@ class Proxy:
         return marks
 
 
+def _tcp(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
 class Client:
     def __init__(self, conn: socket.socket | SSL.Connection) -> None:
         self.conn = conn
@@ -184,8 +190,7 @@ class Client:
 
     @classmethod
     def connect(cls, port: int, plain: bool) -> Client:
-        sock = socket.create_connection(("127.0.0.1", port))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = _tcp(port)
         return cls(sock if plain else pqtls.client(sock, HOST))
 
     def get(self) -> None:
@@ -214,18 +219,11 @@ class FreshClient:
         self.port = port
         self.ctx = pqtls.resuming_client_context() if resumed else pqtls.client_context()
         self.resumed = resumed
-        self.session: object | None = None
+        self.session: SSL.Session | None = None
 
     def get(self) -> None:
-        sock = socket.create_connection(("127.0.0.1", self.port))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        pqtls.kernel_timeouts(sock, 10.0)
-        conn = SSL.Connection(self.ctx, sock)
-        conn.set_tlsext_host_name(HOST.encode())
-        conn.set_connect_state()
-        if self.session is not None:
-            conn.set_session(self.session)
-        conn.do_handshake()
+        sock = _tcp(self.port)
+        conn = pqtls.client(sock, HOST, self.ctx, session=self.session)
         if self.session is not None and not tls.session_reused(conn):
             raise AssertionError("the proxy did not resume the session: this would measure full handshakes")
         Client(conn).get()  # the ticket arrives before the response: the session is resumable from here
