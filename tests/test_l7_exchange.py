@@ -268,6 +268,54 @@ def exchange(loop: asyncio.AbstractEventLoop, method: bytes = b"GET", body: bool
     return ex, client, upstream
 
 
+def next_exchange(client: Client, method: bytes = b"GET") -> tuple[Exchange, Client]:
+    """Another request to the same service through the same context and pool (a keep-alive client's next)."""
+    req = Request(HeaderBudget(100, 65536))
+    req.head = validate_request(method, b"/", "1.1", [(b"Host", b"shop.example.com")], keep_alive=True, upgrade=False)
+    req.complete = True
+    nxt = Client(client.recorded, client.loop, req)
+    return Exchange(_is_downstream(nxt), req), nxt
+
+
+def test_one_parser_carries_a_connections_responses_one_owner_at_a_time(loop):
+    ex, client, _ = exchange(loop)
+    ex.begin()
+    conn = ex.conn
+    lent = ex.resp_parser
+    ex.upstream_data(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi")
+    assert ex.state is DONE and conn.response_parser.callbacks.owner is None  # given back at the boundary
+    second, client2 = next_exchange(client)
+    second.begin()
+    assert second.conn is conn and second.resp_parser is lent  # the same connection, the same parser
+    second.upstream_data(b"HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\nX-Second: 1\r\n\r\nno!")
+    assert second.state is DONE and second.status == 404
+    assert (b"X-Second", b"1") in second.resp_headers and all(n != b"X-Second" for n, _ in ex.resp_headers)
+    assert b"".join(client2.out).endswith(b"\r\n\r\nno!") and b"".join(client.out).endswith(b"\r\n\r\nhi")
+    assert client.recorded.done == [200, 404]
+    assert ex.resp_parser is None and second.resp_parser is None  # no exchange keeps it (nor a cycle) after
+
+
+def test_a_connection_not_reused_takes_its_parser_with_it(loop):
+    ex, client, upstream = exchange(loop, b"HEAD")
+    ex.begin()
+    conn = ex.conn
+    ex.upstream_data(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")  # the parser cannot know a HEAD's end
+    assert ex.state is DONE and upstream.aborted and conn.closed
+    assert client.recorded.pool.acquire(conn.instance_id) is None  # never lent again
+
+
+def test_a_parser_without_owner_stops_at_the_first_byte():
+    import httptools
+
+    from workers.l7.relay import ResponseParser
+    from workers.l7.request import Stop
+
+    parser = ResponseParser()
+    with pytest.raises(httptools.HttpParserError) as err:
+        parser.parser.feed_data(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+    assert isinstance(err.value.__context__, Stop)
+
+
 def test_a_warm_get_goes_awaiting_then_done(loop):
     ex, client, upstream = exchange(loop)
     ex.begin()

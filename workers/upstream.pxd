@@ -3,7 +3,7 @@ from workers.deadline cimport Deadline
 from workers.unread cimport UnreadWatch
 
 cdef class UpstreamConn:
-    cdef public object instance_id, owner, pool, ready, transport
+    cdef public object instance_id, owner, pool, ready, response_parser, transport
     cdef public UnreadWatch unread
     cdef public Deadline _deadline
     cdef public bint closed, read_paused

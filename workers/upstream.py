@@ -57,6 +57,7 @@ class UpstreamConn:  # an asyncio.Protocol by its methods: no base, as a cdef cl
         "pool",
         "read_paused",
         "ready",
+        "response_parser",
         "transport",
         "unread",
         "uses",
@@ -75,6 +76,9 @@ class UpstreamConn:  # an asyncio.Protocol by its methods: no base, as a cdef cl
         # is anything unread in its socket: built at the first reuse (``acquire``), so a connection never taken
         # from the pool (closed over the idle cap, as most are at h2load -m100) never makes one
         self.unread: UnreadWatch | None = None
+        # the L7 layer's parser of this connection's responses, kept across the requests it carries (made by
+        # the first exchange that owns it: workers/l7/relay.py, ``ResponseParser``); this module never reads it
+        self.response_parser: object | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

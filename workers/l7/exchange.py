@@ -24,7 +24,7 @@ from workers.upstream import UpstreamConn
 
 from .admission import Refuse, admit
 from .downstream import Downstream
-from .relay import ResponseRelay
+from .relay import ResponseParser, ResponseRelay
 from .request import Request, Stop
 from .state import (
     ANSWERED,
@@ -216,7 +216,10 @@ class Exchange(ResponseRelay):
         self.warm = warm
         conn.owner = self
         self.body_written = 0
-        self.resp_parser = httptools.HttpResponseParser(self)
+        parser = conn.response_parser
+        if parser is None:
+            parser = conn.response_parser = ResponseParser()
+        self.resp_parser = parser.lend(self)
         if client.writing_paused:
             conn.pause_reading()
         req = self.req
@@ -477,6 +480,9 @@ class Exchange(ResponseRelay):
             self._cancel_connect()
         conn, self.conn = self.conn, None
         if conn is not None:
+            parser = conn.response_parser
+            if parser is not None:
+                parser.give_back(self)  # the connection's, lent to us: no callback of its reaches us any more
             if reuse and not conn.closed:
                 ctx.pool.release(conn)
             else:
@@ -490,6 +496,6 @@ class Exchange(ResponseRelay):
             ctx.count(classes.get(status // 100, "status_other"))
             ctx.request_done(self, client.loop.time() - self.req.t0)
         client.exchange_done(self)
-        # The parser holds our bound methods and we hold it: break the cycle so this exchange is freed by
-        # reference counting now, not by the cyclic GC later (~20 objects per request otherwise).
+        # The parser's callbacks may still name us (a connection lost before this ending) and we hold the
+        # parser: break the cycle so this exchange is freed by reference counting now, not by the cyclic GC.
         self.resp_parser = None

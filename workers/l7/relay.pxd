@@ -19,3 +19,19 @@ cdef class ResponseRelay:
     # the calls an exchange makes on itself per request: C calls (Exchange overrides _to)
     cpdef _to(self, state)
     cpdef _reset_response(self)
+    # httptools' callbacks, called by ResponseCallbacks (typed below): C calls
+    cpdef on_message_begin(self)
+    cpdef on_status(self, reason)
+    cpdef on_header(self, name, value)
+    cpdef on_headers_complete(self)
+    cpdef on_body(self, body)
+    cpdef on_message_complete(self)
+
+cdef class ResponseCallbacks:
+    cdef public ResponseRelay owner
+
+cdef class ResponseParser:
+    cdef public ResponseCallbacks callbacks
+    cdef public object parser
+    cpdef lend(self, ResponseRelay owner)
+    cpdef give_back(self, ResponseRelay owner)

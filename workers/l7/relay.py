@@ -12,6 +12,10 @@ responses go to the client side without framing headers; no response carries ``X
 ``ResponseRelay`` is the base of ``Exchange`` (one object per request, as in uvicorn's cycle): this module
 holds the parser callbacks, ``exchange.py`` what happens around them. The callbacks move the exchange's state
 (``state.py``) from RESPONSE_HEAD to STREAMING, UPGRADING or RECEIVED, nothing else.
+
+The parser belongs to the backend connection, not to the request (``ResponseParser``): a keep-alive
+connection's responses follow one another on one llhttp parser, each exchange lent it while it owns the
+connection, as llhttp itself parses consecutive messages.
 """
 
 from __future__ import annotations
@@ -35,6 +39,81 @@ from .state import RECEIVED, RESPONSE_HEAD, STREAMING, UPGRADING, ExchangeState
 
 if TYPE_CHECKING:
     from .downstream import Downstream
+
+
+class ResponseParser:
+    """One backend connection's response parser, kept for the connection's life (``UpstreamConn.response_parser``)
+    and lent to each exchange that owns the connection. Building an ``HttpResponseParser`` per request (llhttp's
+    state, a bound method looked up per callback, all freed again) cost ~4% of a request's instructions
+    (bench/README.md, "2026-12-06").
+
+    Invariant: it is lent only at a message boundary. A connection goes back to the pool only after its
+    exchange saw a complete response and nothing after it (``upstream_reusable``); any other ending closes the
+    connection, and this parser with it. Between owners a callback stops the parser (``Stop``): bytes a backend
+    sends then are never relayed to anyone (the connection closes them anyway: ``UpstreamConn.data_received``).
+    """
+
+    __slots__ = ("callbacks", "parser")
+
+    def __init__(self) -> None:
+        # the callbacks object holds no reference back, so connection, parser and callbacks make no cycle
+        self.callbacks = ResponseCallbacks()
+        self.parser = httptools.HttpResponseParser(self.callbacks)
+
+    def lend(self, owner: ResponseRelay) -> httptools.HttpResponseParser:
+        """``owner`` takes the callbacks from now on; the parser, for its status and keep-alive queries."""
+        self.callbacks.owner = owner
+        return self.parser
+
+    def give_back(self, owner: ResponseRelay) -> None:
+        if self.callbacks.owner is owner:
+            self.callbacks.owner = None
+
+
+class ResponseCallbacks:
+    """httptools' protocol object for a ``ResponseParser``: each callback goes to the current owner (a C call
+    when compiled: relay.pxd), or stops the parser when there is none."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self) -> None:
+        self.owner: ResponseRelay | None = None
+
+    def on_message_begin(self) -> None:
+        owner = self.owner
+        if owner is None:
+            raise Stop
+        owner.on_message_begin()
+
+    def on_status(self, reason: bytes) -> None:
+        owner = self.owner
+        if owner is None:
+            raise Stop
+        owner.on_status(reason)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        owner = self.owner
+        if owner is None:
+            raise Stop
+        owner.on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        owner = self.owner
+        if owner is None:
+            raise Stop
+        owner.on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        owner = self.owner
+        if owner is None:
+            raise Stop
+        owner.on_body(body)
+
+    def on_message_complete(self) -> None:
+        owner = self.owner
+        if owner is None:
+            raise Stop
+        owner.on_message_complete()
 
 
 class ResponseRelay:
