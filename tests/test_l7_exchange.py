@@ -310,7 +310,7 @@ def test_a_parser_without_owner_stops_at_the_first_byte():
     from workers.l7.relay import ResponseParser
     from workers.l7.request import Stop
 
-    parser = ResponseParser()
+    parser = ResponseParser(100, 65536)
     with pytest.raises(httptools.HttpParserError) as err:
         parser.parser.feed_data(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
     assert isinstance(err.value.__context__, Stop)

@@ -4,6 +4,7 @@ cimport cython
 cdef class HeaderBudget:
     cdef public Py_ssize_t count, max_count, max_size, size
     cpdef add(self, name, value)
+    cpdef reset(self)
 
 @cython.locals(size=Py_ssize_t)
 cpdef HeaderBudget measured_budget(list headers)

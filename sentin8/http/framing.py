@@ -65,6 +65,11 @@ class HeaderBudget:
         if self.size > self.max_size:
             raise HeadError(431, "header block too large")
 
+    def reset(self) -> None:
+        """Empty again, for the next head held to the same caps (a backend connection's next response)."""
+        self.count = 0
+        self.size = 0
+
 
 def measured_budget(headers: list[tuple[bytes, bytes]]) -> HeaderBudget:
     """A budget without caps holding the size of ``headers``, counted as ``add`` counts (an h2 request's

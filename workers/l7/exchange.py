@@ -110,6 +110,7 @@ class Exchange(ResponseRelay):
         self.resp_parser: httptools.HttpResponseParser | None = None
         self.resp_raw, self.interims, self.interim_bytes = b"", 0, 0  # the response's heads (relay.py)
         self.resp_trailers: list[Header] = []  # a chunked body's trailers (relay.py)
+        self.resp_budget = None  # the caps of the response head: its connection's, lent at the attach
         self._reset_response()
 
     def _to(self, state: ExchangeState) -> None:
@@ -218,8 +219,10 @@ class Exchange(ResponseRelay):
         self.body_written = 0
         parser = conn.response_parser
         if parser is None:
-            parser = conn.response_parser = ResponseParser()
+            limits = client.ctx.cfg.policy  # a response head may be twice the size of a request's
+            parser = conn.response_parser = ResponseParser(limits.max_headers * 2, limits.max_header_bytes * 2)
         self.resp_parser = parser.lend(self)
+        self.resp_budget = parser.budget
         if client.writing_paused:
             conn.pause_reading()
         req = self.req

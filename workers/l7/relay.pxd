@@ -31,6 +31,7 @@ cdef class ResponseCallbacks:
     cdef public ResponseRelay owner
 
 cdef class ResponseParser:
+    cdef public HeaderBudget budget
     cdef public ResponseCallbacks callbacks
     cdef public object parser
     cpdef lend(self, ResponseRelay owner)

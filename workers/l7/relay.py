@@ -53,16 +53,20 @@ class ResponseParser:
     sends then are never relayed to anyone (the connection closes them anyway: ``UpstreamConn.data_received``).
     """
 
-    __slots__ = ("callbacks", "parser")
+    __slots__ = ("budget", "callbacks", "parser")
 
-    def __init__(self) -> None:
+    def __init__(self, max_headers: int, max_header_bytes: int) -> None:
         # the callbacks object holds no reference back, so connection, parser and callbacks make no cycle
         self.callbacks = ResponseCallbacks()
         self.parser = httptools.HttpResponseParser(self.callbacks)
+        # the caps of one response head (and of a chunked body's trailers), emptied for each response
+        self.budget = HeaderBudget(max_headers, max_header_bytes)
 
     def lend(self, owner: ResponseRelay) -> httptools.HttpResponseParser:
-        """``owner`` takes the callbacks from now on; the parser, for its status and keep-alive queries."""
+        """``owner`` takes the callbacks from now on, and ``budget`` emptied; the parser is returned for its
+        status and keep-alive queries."""
         self.callbacks.owner = owner
+        self.budget.reset()
         return self.parser
 
     def give_back(self, owner: ResponseRelay) -> None:
@@ -127,7 +131,7 @@ class ResponseRelay:
     head_only: bool
     close_delimited: bool
     resp_body_bytes: int
-    resp_budget: HeaderBudget
+    resp_budget: HeaderBudget | None
     resp_extra: bool
     resp_headers: list[Header]
     resp_keep_alive: bool
@@ -149,8 +153,9 @@ class ResponseRelay:
         self.resp_extra = False
         self.resp_keep_alive = False
         self.close_delimited = False
-        cfg = self.client.ctx.cfg.policy
-        self.resp_budget = HeaderBudget(cfg.max_headers * 2, cfg.max_header_bytes * 2)
+        budget = self.resp_budget  # the connection's (ResponseParser.budget), from the attach on
+        if budget is not None:
+            budget.reset()
 
     def _more_heads(self, data: bytes) -> bool:
         """More response bytes before the final head is complete: kept for the status-line check, within
