@@ -53,7 +53,7 @@ def _finish(bridge: Bridge, dl: SendDeadlines, st: Stream, queued: int) -> None:
     st.submitted += queued
     bridge.engine.queued[st.sid] = queued
     del bridge.streams[st.sid]
-    dl.stream_done(st)
+    dl.stream_done(st, bridge.engine.buffered(st.sid))
 
 
 def test_streams_that_end_before_their_write_leave_no_timer() -> None:

@@ -383,7 +383,8 @@ class H2Bridge(ConnectionLifecycle, asyncio.Protocol):
         if st.write_paused:
             st.write_paused = False
             self._paused_streams -= 1
-        self.send_deadlines.stream_done(st)
+        sd = self.send_deadlines
+        sd.stream_done(st, self.engine.buffered(st.sid))
         self._end_stream_request(st)
         st.req.exchange = None
         st.ex = None
@@ -426,8 +427,9 @@ class H2Bridge(ConnectionLifecycle, asyncio.Protocol):
             transport.write(out)
             if self._paused_streams:
                 self._windows_opened()  # what was queued has left within the windows: read the upstreams again
-        if self.send_deadlines.stalled:  # with no output too: a finished stream still queued is window-bound
-            self.send_deadlines.progress()
+        sd = self.send_deadlines
+        if sd.stalled:  # with no output too: a finished stream still queued is window-bound
+            sd.progress()
         if engine.ended is not None or (self._final_sent and not self.streams):
             self._close()  # after the last bytes: the transport writes them, then close_notify
 

@@ -69,10 +69,11 @@ class SendDeadlines:
         if st.sid not in self._stalled:
             self._arm(st)
 
-    def stream_done(self, st: H2Stream) -> None:
-        """``st``'s exchange is over: its deadline goes, unless part of its response is still queued, which
-        keeps a running one; otherwise the next write decides (``progress``)."""
-        if self._bridge.engine.buffered(st.sid):
+    def stream_done(self, st: H2Stream, queued: int) -> None:
+        """``st``'s exchange is over with ``queued`` bytes of its response not yet framed (the engine's count,
+        which the connection has at hand): its deadline goes, unless some are still queued, which keeps a
+        running one; otherwise the next write decides (``progress``)."""
+        if queued:
             if st.sid not in self._stalled:
                 self._finishing.append(st)
             return

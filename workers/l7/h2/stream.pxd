@@ -14,3 +14,4 @@ cdef class H2Stream:
     cdef public Deadline body_deadline
     cdef public Py_ssize_t sid, unconsumed, submitted, hold
     cdef public bint continue_sent, ended, head_only, paused, write_paused
+    cpdef stop_body_deadline(self)
