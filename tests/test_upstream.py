@@ -222,3 +222,85 @@ def test_connect_to_a_backend_that_never_answers_times_out_and_leaves_the_task_u
         for s in fillers:
             s.close()
         srv.close()
+
+
+class RecordingTransport:
+    """The connection's transport, its writes recorded (each call one entry) and passed on."""
+
+    def __init__(self, inner: asyncio.Transport) -> None:
+        self.inner = inner
+        self.calls: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.calls.append(bytes(data))
+        self.inner.write(data)
+
+    def writelines(self, parts) -> None:
+        parts = list(parts)
+        self.calls.append(b"".join(parts))
+        self.inner.writelines(parts)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+async def _recorded(pool: UpstreamPool, port: int) -> tuple[UpstreamConn, RecordingTransport]:
+    conn = await pool.connect(Instance("b-1", "b", "127.0.0.1", port))
+    rec = RecordingTransport(conn.transport)
+    conn.transport = rec
+    return conn, rec
+
+
+def test_queued_bytes_leave_at_the_end_of_the_turn_in_order_one_write_per_connection(silent_backend):
+    """The requests of one turn reach the backend in one burst: nothing is written while the turn runs."""
+
+    async def main() -> None:
+        pool = UpstreamPool(asyncio.get_running_loop())
+        a, rec_a = await _recorded(pool, silent_backend)
+        b, rec_b = await _recorded(pool, silent_backend)
+        a.send(b"GET /a HTTP/1.1\r\n\r\n")
+        b.send(b"POST /b HTTP/1.1\r\n")
+        b.send_lines([b"Content-Length: 2\r\n\r\n", b"hi"])
+        assert rec_a.calls == [] and rec_b.calls == []
+        await asyncio.sleep(0)  # the turn ends
+        assert rec_a.calls == [b"GET /a HTTP/1.1\r\n\r\n"]
+        assert rec_b.calls == [b"POST /b HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi"]
+        await asyncio.sleep(0)
+        assert len(rec_a.calls) == 1 and len(rec_b.calls) == 1  # written once
+        a.close()
+        b.close()
+
+    run(main())
+
+
+def test_a_body_past_the_bound_goes_at_once_so_flow_control_meets_it_while_reading(silent_backend):
+    """A body read must reach the transport (and its pause_writing) during the read, not at the turn's end:
+    libuv reads a socket up to 32 times per turn, which would otherwise pile up unchecked."""
+    from workers.upstream import SEND_SOON_MAX
+
+    async def main() -> None:
+        pool = UpstreamPool(asyncio.get_running_loop())
+        conn, rec = await _recorded(pool, silent_backend)
+        conn.send(b"PUT / HTTP/1.1\r\n\r\n")
+        body = b"x" * SEND_SOON_MAX
+        conn.send(body)
+        assert rec.calls == [b"PUT / HTTP/1.1\r\n\r\n" + body]  # past the bound: now, the head first
+        conn.send(b"tail")
+        assert len(rec.calls) == 1
+        await asyncio.sleep(0)
+        assert rec.calls[1:] == [b"tail"]
+        conn.close()
+
+    run(main())
+
+
+def test_bytes_queued_on_a_connection_closed_in_the_same_turn_are_never_written(silent_backend):
+    async def main() -> None:
+        pool = UpstreamPool(asyncio.get_running_loop())
+        conn, rec = await _recorded(pool, silent_backend)
+        conn.send(b"GET / HTTP/1.1\r\n\r\n")
+        conn.close()  # the exchange gave up (its client left) before the turn ended
+        await asyncio.sleep(0)
+        assert rec.calls == []
+
+    run(main())

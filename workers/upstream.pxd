@@ -4,7 +4,11 @@ from workers.unread cimport UnreadWatch
 
 cdef class UpstreamConn:
     cdef public object instance_id, owner, pool, ready, response_parser, transport
+    cdef public list _out
     cdef public UnreadWatch unread
     cdef public Deadline _deadline
     cdef public bint closed, read_paused
-    cdef public Py_ssize_t uses
+    cdef public Py_ssize_t uses, _out_bytes
+    cpdef send(self, data)
+    cpdef send_lines(self, parts)
+    cpdef write_out(self)

@@ -29,6 +29,9 @@ from .task_timeout import TaskTimeout
 from .unread import UnreadWatch
 
 WRITE_HIGH_WATER = 64 * 1024
+# bytes a connection queues until the end of the loop turn (UpstreamConn.send); more go at once (a request
+# head is well within it, a body's read is not)
+SEND_SOON_MAX = 16 * 1024
 
 
 class UpstreamOwner(Protocol):
@@ -51,6 +54,8 @@ class UpstreamConn:  # an asyncio.Protocol by its methods: no base, as a cdef cl
 
     __slots__ = (
         "_deadline",
+        "_out",
+        "_out_bytes",
         "closed",
         "instance_id",
         "owner",
@@ -79,6 +84,8 @@ class UpstreamConn:  # an asyncio.Protocol by its methods: no base, as a cdef cl
         # the L7 layer's parser of this connection's responses, kept across the requests it carries (made by
         # the first exchange that owns it: workers/l7/relay.py, ``ResponseParser``); this module never reads it
         self.response_parser: object | None = None
+        self._out: list[bytes] | None = None  # bytes queued this loop turn (``send``), None when nothing is
+        self._out_bytes = 0
 
     # -- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -121,6 +128,54 @@ class UpstreamConn:  # an asyncio.Protocol by its methods: no base, as a cdef cl
     def resume_writing(self) -> None:
         if self.owner is not None:
             self.owner.upstream_resume_writing()
+
+    # -- writes --------------------------------------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        """Queue ``data`` for the backend: it leaves at the end of this loop turn, in order, with every other
+        connection's (``UpstreamPool.write_soon``). The requests one read brings (an h2 client's streams, the
+        keep-alive clients a poll wakes together) then reach the backend in one burst of writes, and it wakes
+        once for all of them instead of once per request (bench/README.md, "2026-12-06"). Past ``SEND_SOON_MAX``
+        queued bytes they go at once: a body must meet the transport's flow control (``pause_writing``) while
+        the client's bytes are still being read, or one turn of reads (libuv reads a socket up to 32 times)
+        would pile up here unchecked."""
+        out = self._out
+        if out is None:
+            self._out = [data]
+            self._out_bytes = len(data)
+            self.pool.write_soon(self)
+        else:
+            out.append(data)
+            self._out_bytes += len(data)
+        if self._out_bytes > SEND_SOON_MAX:
+            self.write_out()
+
+    def send_lines(self, parts: list[bytes] | tuple[bytes, ...]) -> None:
+        """``send`` for several pieces (one vectored write at the end of the turn)."""
+        n = 0
+        for part in parts:
+            n += len(part)
+        out = self._out
+        if out is None:
+            self._out = list(parts)
+            self._out_bytes = n
+            self.pool.write_soon(self)
+        else:
+            out.extend(parts)
+            self._out_bytes += n
+        if self._out_bytes > SEND_SOON_MAX:
+            self.write_out()
+
+    def write_out(self) -> None:
+        """What ``send`` queued, to the transport now (the pool calls it at the end of the turn; ``send`` past
+        its bound). A connection closed meanwhile drops it, as ``close`` drops unsent bytes."""
+        out, self._out = self._out, None
+        self._out_bytes = 0
+        if not out or self.closed or self.transport is None:
+            return
+        if len(out) == 1:
+            self.transport.write(out[0])
+        else:
+            self.transport.writelines(out)  # one vectored write on uvloop
 
     # -- helpers -------------------------------------------------------------------------------------
     def pause_reading(self) -> None:
@@ -186,6 +241,8 @@ class UpstreamPool:
         self.min_deadline_s = min(idle_timeout_s, response_timeout_s)
         self._idle: dict[str, list[UpstreamConn]] = {}
         self._closed = False
+        self._writers: list[UpstreamConn] = []  # connections with bytes queued this turn (UpstreamConn.send)
+        self._write_scheduled = False
 
     @classmethod
     def from_config(cls, loop: asyncio.AbstractEventLoop, cfg) -> UpstreamPool:  # cfg: sentin8.config.Config
@@ -221,6 +278,19 @@ class UpstreamPool:
             conn.uses += 1
             return conn
         return None
+
+    def write_soon(self, conn: UpstreamConn) -> None:
+        """``conn`` has bytes queued: write them, with every other connection's, at the end of this turn."""
+        self._writers.append(conn)
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            self.loop.call_soon(self._write_now)
+
+    def _write_now(self) -> None:
+        self._write_scheduled = False
+        writers, self._writers = self._writers, []
+        for conn in writers:
+            conn.write_out()
 
     def release(self, conn: UpstreamConn) -> None:
         """Return a connection whose exchange ended cleanly; it waits idle or is closed when over the cap."""

@@ -226,12 +226,10 @@ class Exchange(ResponseRelay):
         if client.writing_paused:
             conn.pause_reading()
         req = self.req
-        transport = conn.transport
-        assert transport is not None
         head = req.head
         assert head is not None
         if head.websocket:
-            transport.write(self.head_bytes)
+            conn.send(self.head_bytes)
             self._to(AWAITING)
             conn.expect_response()
             return  # its bytes wait for the 101
@@ -246,9 +244,9 @@ class Exchange(ResponseRelay):
         if req.complete and head.chunked:
             parts.append(LAST_CHUNK)
         if len(parts) == 1:
-            transport.write(parts[0])
+            conn.send(parts[0])
         else:
-            transport.writelines(parts)  # one vectored write on uvloop
+            conn.send_lines(parts)
         if req.complete:
             self._to(AWAITING)
             conn.expect_response()
@@ -280,18 +278,18 @@ class Exchange(ResponseRelay):
             self._finish(reuse=False)  # the body is read: the next request may follow
         elif state is not DONE and self.conn is not None:
             if self.req.head.chunked:  # type: ignore[union-attr]
-                self.conn.transport.write(LAST_CHUNK)  # type: ignore[union-attr]
+                self.conn.send(LAST_CHUNK)
             if state is SENDING:
                 self._to(AWAITING)  # the backend has upstream.response_timeout_s to start answering
                 self.conn.expect_response()
 
     def _write_body(self, data: bytes) -> None:
-        transport = self.conn.transport  # type: ignore[union-attr]
+        conn = self.conn
         self.body_written += len(data)
         if self.req.head.chunked:  # type: ignore[union-attr]
-            transport.writelines(chunk(data))
+            conn.send_lines(chunk(data))  # type: ignore[union-attr]
         else:
-            transport.write(data)
+            conn.send(data)  # type: ignore[union-attr]
 
     # -- the WAF's wait (waf_wait.py) --------------------------------------------------------------------
     def await_body(self, limit: int) -> None:
