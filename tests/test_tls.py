@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import select
 import socket
 import threading
 import time
@@ -501,6 +502,76 @@ def test_write_eof_sends_close_notify_and_keeps_reading(store: CertStore, serve:
     server.wait_for(lambda: server.lost == 1)
     assert server.apps[0].eofs == 1
     client.sock.close()
+
+
+def _holding_the_loop(server: ServerThread, during: Callable[[asyncio.Transport], None]) -> threading.Event:
+    """Run ``during(app transport)`` in the server's loop, then hold the loop in that same turn until the
+    returned event is set: what the test sees meanwhile is what the turn has written so far."""
+    resume = threading.Event()
+    ran = threading.Event()
+
+    def turn() -> None:
+        during(server.apps[0].transport)
+        ran.set()
+        resume.wait(WAIT)  # the loop is blocked on purpose: the turn has not ended
+
+    server.loop.call_soon_threadsafe(turn)
+    assert ran.wait(WAIT)
+    return resume
+
+
+def _nothing_arrived(sock: socket.socket) -> bool:
+    """No byte readable right now (a zero-timeout poll: the socket's own timeout would make recv wait)."""
+    return not select.select([sock], [], [], 0)[0]
+
+
+def test_write_soon_leaves_at_the_end_of_the_loop_turn(store: CertStore, serve: Callable[..., ServerThread]) -> None:
+    """The h1 writer's responses (TLSAppTransport.write_soon): encrypted at once, written to the socket when the
+    turn ends, every write_soon of the turn in that one socket write."""
+    server = serve(tls.SNIContexts(store).front)
+    client = server.client("shop.example.test")
+    client.handshake()
+    client.sendall(b"x")
+    assert client.recv() == b"x"  # the connection is up, its tickets gone with the echo
+    server.wait_for(lambda: len(server.apps) == 1)
+    resume = _holding_the_loop(server, lambda t: (t.write_soon(b"one "), t.write_soon(b"two")))
+    assert _nothing_arrived(client.sock)  # the turn is not over: nothing has been written
+    resume.set()
+    got = b""
+    while len(got) < 7:
+        got += client.recv()
+    assert got == b"one two"
+    client.close()
+
+
+def test_write_soon_past_its_bound_and_a_close_write_at_once_in_order(
+    store: CertStore, serve: Callable[..., ServerThread]
+) -> None:
+    from workers.tls_layer import SOON_MAX
+
+    server = serve(tls.SNIContexts(store).front)
+    client = server.client("shop.example.test")
+    client.handshake()
+    client.sendall(b"x")
+    assert client.recv() == b"x"
+    server.wait_for(lambda: len(server.apps) == 1)
+    big = bytes(range(256)) * (SOON_MAX // 256 + 1)
+    resume = _holding_the_loop(server, lambda t: (t.write_soon(b"head"), t.write_soon(big)))
+    try:
+        assert not _nothing_arrived(client.sock)  # past the bound: written within the turn, the head first
+    finally:
+        resume.set()
+    got = b""
+    while len(got) < 4 + len(big):
+        got += client.recv()
+    assert got == b"head" + big
+    # queued, then closed in the same turn: the bytes precede close_notify
+    resume = _holding_the_loop(server, lambda t: (t.write_soon(b"last"), t.close()))
+    resume.set()
+    assert client.recv() == b"last"
+    assert client.recv() == b""
+    assert client.peer_closed
+    client.close()
 
 
 def test_session_resumption(store: CertStore, serve: Callable[..., ServerThread]) -> None:

@@ -40,6 +40,7 @@ from .tls_transport import TLS_KEYS, TLSAppTransport, tls_info
 log = logging.getLogger(__name__)
 
 _DELIVER_MAX = 262144  # coalesce decrypted records up to this many bytes per data_received
+SOON_MAX = 16 * 1024  # write_soon's bytes held for the end of the loop turn; more go at once
 
 
 class TLSHandshakeError(ConnectionError):
@@ -108,6 +109,8 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
         # The server's session tickets, written by the handshake's last step, wait in the outgoing BIO until
         # the first response (or close_notify) carries them: one socket write per handshake instead of two.
         self._tickets_held = False
+        self._flush_scheduled = False  # write_soon's socket write is due at the end of this loop turn
+        self._soon_bytes = 0  # plaintext taken by write_soon since the last socket write
 
     # -- public ------------------------------------------------------------------------------------
 
@@ -312,6 +315,7 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
         io = self._io
         if io is None or self._tickets_held:
             return
+        self._soon_bytes = 0
         out = io.drain()
         raw = self._raw
         if out and raw is not None and not raw.is_closing():
@@ -402,6 +406,35 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
             return
         self._encrypt(data)
         self._flush()
+
+    def write_soon(self, data: bytes | bytearray | memoryview) -> None:
+        """``write``, encrypted now, its socket write at the end of this loop turn with whatever else the turn
+        writes on this connection: the responses a turn produces for many connections then leave in one burst,
+        and each client wakes once for them (bench/README.md, "2026-12-06"), as the h2 bridge's ``flush_soon``
+        does for its streams. Past ``SOON_MAX`` bytes since the last socket write they go at once, so a big
+        response meets the socket's flow control (``pause_writing``) while the backend's bytes are read. Any
+        other write, close_notify or alert takes what is queued first: the order on the wire is the order of
+        the calls."""
+        if self._write_eof_called:
+            raise RuntimeError("write() after write_eof()")
+        if self._closing or self._conn is None or not data:
+            return
+        self._tickets_held = False
+        if self._pending:
+            self._pending.append(bytes(data))
+            return
+        self._encrypt(data)
+        self._soon_bytes += len(data)
+        if self._soon_bytes > SOON_MAX or self._loop is None:
+            self._flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush_due)
+
+    def _flush_due(self) -> None:
+        self._flush_scheduled = False
+        if self._soon_bytes:
+            self._flush()
 
     def _encrypt(self, data: bytes | bytearray | memoryview) -> None:
         io = self._io

@@ -39,6 +39,10 @@ class TLSAppTransport(asyncio.Transport):
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self._layer.write(data)
 
+    def write_soon(self, data: bytes | bytearray | memoryview) -> None:
+        """``write``, the socket write at the end of this loop turn (``TLSLayer.write_soon``)."""
+        self._layer.write_soon(data)
+
     def writelines(self, list_of_data: Any) -> None:
         self._layer.write(b"".join(list_of_data))
 

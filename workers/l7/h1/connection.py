@@ -119,6 +119,8 @@ class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
     # -- asyncio.Protocol: client side -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        # responses leave at the end of the loop turn over TLS (TLSAppTransport.write_soon), at once over TCP
+        self._send = getattr(transport, "write_soon", None) or transport.write  # type: ignore[attr-defined]
         self._read.transport = self.transport
         try:
             transport.set_write_buffer_limits(high=flow.CLIENT_WRITE_HIGH_WATER)  # type: ignore[attr-defined]

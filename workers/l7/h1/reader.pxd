@@ -10,7 +10,7 @@ cdef class RequestReader:
     cdef dict __dict__
     cdef public object ctx, loop, facts, client_addr, scheme, transport
     cdef public Request _req, _upgrade_req
-    cdef public object _read, _feeding, _parser, _chunk_size, _resp, _out, _ex, _tunnel
+    cdef public object _read, _feeding, _parser, _chunk_size, _resp, _out, _ex, _tunnel, _send
     cdef public object _drain_timer, _drain_grace, _header_timeout, _idle_timeout
     cdef public object _closing, _draining, _eof, _progress, _completed_in_feed, _write_paused, _body_activity
     cdef public Py_ssize_t _body_cap, _head_raw, _max_header_bytes, _max_headers, _raw_head_cap, max_buffered

@@ -2,14 +2,18 @@
 (``sentin8/http/h1_response.py`` decides them, one ``H1Response`` per request) and written.
 
 The events of one upstream read are batched and written by ``flush`` in as few writes as possible, none over
-``CHUNK`` bytes (one TLS record each). The proxy's own answers (an error, a local answer, ``100 Continue``, the
-101 of a tunnel) are written at once. ``ResponseWriter`` is the base of ``L7Bridge`` (connection.py), as
-``RequestReader`` (reader.py) is its request half.
+``CHUNK`` bytes (one TLS record each); the proxy's own answers (an error, a local answer, ``100 Continue``,
+the 101 of a tunnel) are written when made. Over TLS every write is the layer's ``write_soon``: encrypted at
+once, its socket write at the end of the loop turn with the turn's other writes, so the responses one turn
+relays to many clients leave in one burst (``workers/tls_layer.py``); a close writes them first.
+``ResponseWriter`` is the base of ``L7Bridge`` (connection.py), as ``RequestReader`` (reader.py) is its
+request half.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sentin8.http.h1_response import H1Response
@@ -32,6 +36,7 @@ class ResponseWriter:
     max_buffered: int
     _resp: H1Response
     _out: list[bytes]
+    _send: Callable[[bytes], None]
     _ex: Exchange | None
     _closing: bool
     _draining: bool
@@ -108,7 +113,7 @@ class ResponseWriter:
 
     # -- writes ---------------------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
-        self.transport.write(data)  # type: ignore[union-attr]
+        self._send(data)  # the transport's write_soon when it has one (connection.py)
         if self.track_buffers:
             self.track(0)
 
