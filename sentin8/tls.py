@@ -155,6 +155,15 @@ def verify_peer_name(conn: SSL.Connection, name: str) -> None:
         raise TLSSetupError(f"cannot set the expected peer name {name!r}")
 
 
+def ssl_error_reason(exc: BaseException) -> str:
+    """A short reason from a pyOpenSSL error: the last OpenSSL reason string, e.g. 'no suitable key share'."""
+    if isinstance(exc, SSL.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        last = exc.args[0][-1]
+        if isinstance(last, tuple) and last:
+            return f"tls: {last[-1]}"
+    return f"tls: {exc.__class__.__name__} {exc}".rstrip()
+
+
 class RecordIO:
     """The per-record calls of one memory-BIO connection, straight through cffi.
 

@@ -3,24 +3,20 @@
 The same idea as stdlib asyncio's ``sslproto`` (which needs the stdlib ``ssl`` module and so cannot speak
 post-quantum TLS): a protocol sits on the raw TCP transport, feeds ciphertext into the connection's incoming
 memory BIO, drains its outgoing BIO into the raw transport, and presents the plaintext to an application
-protocol through ``TLSAppTransport``, which behaves like any asyncio transport.
+protocol through ``TLSAppTransport``, which behaves like any asyncio transport. Nothing here blocks: memory BIOs
+never wait (``WantReadError`` means "feed me more ciphertext"); timeouts are ``loop.call_later`` timers.
 
-Nothing here blocks: memory BIOs never wait, so every OpenSSL call returns at once (``WantReadError`` means
-"feed me more ciphertext"). Timeouts are ``loop.call_later`` timers, never polls.
-
-Handing over an accepted socket: the worker peeks the ClientHello with ``MSG_PEEK``, which consumes
-nothing, then calls ``loop.connect_accepted_socket(lambda: proto, sock)``. The transport's first reads
-deliver the ClientHello bytes that were already waiting in the socket, exactly as if they arrived later, so
-no special case is needed for "initial data".
+An accepted socket is handed over after the worker peeked its ClientHello (``MSG_PEEK`` consumes nothing):
+the transport's first reads deliver those bytes as if they arrived later, so "initial data" is no special case.
 
 Session tickets (server side): OpenSSL writes them when the handshake completes; they stay in the outgoing
 BIO until the first response, close_notify or an alert, and leave in that same socket write. A full handshake
 then costs one socket write (and one client wake-up) less, and a client that reads a response has them.
 
-Flow control: plaintext written by the application is encrypted at once into the raw transport, so the raw
-transport's write buffer is the only buffer; its ``pause_writing``/``resume_writing`` are forwarded to the
-application unchanged. ``pause_reading`` on the TLS transport pauses the raw transport and stops handing
-over plaintext already decrypted or buffered, until ``resume_reading``.
+Flow control: plaintext is encrypted at once, and the raw transport's write buffer is the only buffer (but
+``write_soon``'s bytes, at most ``SOON_MAX``, which wait in the outgoing BIO for the end of the loop turn); its
+``pause_writing``/``resume_writing`` reach the application unchanged. ``pause_reading`` pauses the raw
+transport and stops handing over plaintext already decrypted or buffered, until ``resume_reading``.
 """
 
 from __future__ import annotations
@@ -35,29 +31,12 @@ from OpenSSL import SSL
 
 from sentin8 import tls
 
-from .tls_transport import TLS_KEYS, TLSAppTransport, tls_info
+from .tls_transport import TLS_KEYS, TLSAppTransport, TLSHandshakeError, tls_info
 
 log = logging.getLogger(__name__)
 
 _DELIVER_MAX = 262144  # coalesce decrypted records up to this many bytes per data_received
 SOON_MAX = 16 * 1024  # write_soon's bytes held for the end of the loop turn; more go at once
-
-
-class TLSHandshakeError(ConnectionError):
-    """The TLS handshake failed; ``reason`` is the short text also given to ``on_handshake_error``."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def ssl_error_reason(exc: BaseException) -> str:
-    """A short reason from a pyOpenSSL error: the last OpenSSL reason string, e.g. 'no suitable key share'."""
-    if isinstance(exc, SSL.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
-        last = exc.args[0][-1]
-        if isinstance(last, tuple) and last:
-            return f"tls: {last[-1]}"
-    return f"tls: {exc.__class__.__name__} {exc}".rstrip()
 
 
 class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class (tls_layer.pxd) takes none
@@ -254,7 +233,7 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
                 return
         except SSL.Error as exc:
             self._flush()  # the alert, so the peer learns why
-            self._fail_handshake(ssl_error_reason(exc))
+            self._fail_handshake(tls.ssl_error_reason(exc))
             return
         if self._server_side:
             self._tickets_held = True  # all the server wrote now is its tickets: they go with the first write
@@ -396,34 +375,16 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
             self._deliver()
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._write_eof_called:
-            raise RuntimeError("write() after write_eof()")
-        if self._closing or self._conn is None or not data:
-            return  # like asyncio transports: writes after close are dropped
-        self._tickets_held = False  # they leave in the same socket write as this
-        if self._pending:
-            self._pending.append(bytes(data))
-            return
-        self._encrypt(data)
-        self._flush()
+        if self._take(data):
+            self._flush()
 
     def write_soon(self, data: bytes | bytearray | memoryview) -> None:
-        """``write``, encrypted now, its socket write at the end of this loop turn with whatever else the turn
-        writes on this connection: the responses a turn produces for many connections then leave in one burst,
-        and each client wakes once for them (bench/README.md, "2026-12-06"), as the h2 bridge's ``flush_soon``
-        does for its streams. Past ``SOON_MAX`` bytes since the last socket write they go at once, so a big
-        response meets the socket's flow control (``pause_writing``) while the backend's bytes are read. Any
-        other write, close_notify or alert takes what is queued first: the order on the wire is the order of
-        the calls."""
-        if self._write_eof_called:
-            raise RuntimeError("write() after write_eof()")
-        if self._closing or self._conn is None or not data:
+        """``write``, its socket write at the end of the loop turn, so the responses a turn relays to many
+        clients leave in one burst and each client wakes once (bench/README.md, "2026-12-06"); past
+        ``SOON_MAX`` bytes at once, to meet ``pause_writing`` while the backend is read. Any other write, close
+        or alert drains the BIO first: the order on the wire is the order of the calls."""
+        if not self._take(data):
             return
-        self._tickets_held = False
-        if self._pending:
-            self._pending.append(bytes(data))
-            return
-        self._encrypt(data)
         self._soon_bytes += len(data)
         if self._soon_bytes > SOON_MAX or self._loop is None:
             self._flush()
@@ -435,6 +396,20 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
         self._flush_scheduled = False
         if self._soon_bytes:
             self._flush()
+
+    def _take(self, data: bytes | bytearray | memoryview) -> bool:
+        """Plaintext into the outgoing BIO; False when dropped (after close, like asyncio transports) or kept
+        in ``_pending`` behind a post-handshake message."""
+        if self._write_eof_called:
+            raise RuntimeError("write() after write_eof()")
+        if self._closing or self._conn is None or not data:
+            return False
+        self._tickets_held = False  # they leave in the same socket write as this
+        if self._pending:
+            self._pending.append(bytes(data))
+            return False
+        self._encrypt(data)
+        return True
 
     def _encrypt(self, data: bytes | bytearray | memoryview) -> None:
         io = self._io
@@ -504,9 +479,9 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
 
     def _fatal(self, exc: BaseException) -> None:
         log.debug("TLS connection error: %s", exc)
-        self._fatal_exc = ConnectionError(ssl_error_reason(exc))
+        self._fatal_exc = ConnectionError(tls.ssl_error_reason(exc))
         if not self._handshake_done:
-            self._fail_handshake(ssl_error_reason(exc))
+            self._fail_handshake(tls.ssl_error_reason(exc))
             return
         self.abort()
 

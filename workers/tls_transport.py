@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from .tls_layer import TLSLayer
 
 
+class TLSHandshakeError(ConnectionError):
+    """The TLS handshake failed; ``reason`` is the short text also given to ``on_handshake_error``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class TLSAppTransport(asyncio.Transport):
     def __init__(self, layer: TLSLayer) -> None:
         super().__init__()
