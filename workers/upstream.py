@@ -141,27 +141,23 @@ class UpstreamConn:  # an asyncio.Protocol by its methods: no base, as a cdef cl
         out = self._out
         if out is None:
             self._out = [data]
-            self._out_bytes = len(data)
             self.pool.write_soon(self)
         else:
             out.append(data)
-            self._out_bytes += len(data)
+        self._out_bytes += len(data)  # 0 while nothing is queued (write_out)
         if self._out_bytes > SEND_SOON_MAX:
             self.write_out()
 
     def send_lines(self, parts: list[bytes] | tuple[bytes, ...]) -> None:
         """``send`` for several pieces (one vectored write at the end of the turn)."""
-        n = 0
-        for part in parts:
-            n += len(part)
         out = self._out
         if out is None:
             self._out = list(parts)
-            self._out_bytes = n
             self.pool.write_soon(self)
         else:
             out.extend(parts)
-            self._out_bytes += n
+        for part in parts:
+            self._out_bytes += len(part)
         if self._out_bytes > SEND_SOON_MAX:
             self.write_out()
 
