@@ -70,7 +70,8 @@ class BreakerTable:
             victim = k & self._mask  # every entry is open: overwrite (they all time out anyway)
         base = victim * ENTRY
         w[base] = 0  # never pair the new key with another id's record
-        w[base + 1 : base + ENTRY] = memoryview(bytes(8 * (ENTRY - 1))).cast("Q")
+        for i in range(1, ENTRY):
+            w[base + i] = 0
         w[base + 1 + breaker.WINDOW_START] = now_us
         w[base] = k
         return victim
