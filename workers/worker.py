@@ -31,6 +31,7 @@ from sentin8.netclass import Classifier
 from sentin8.policy import EdgePolicy
 from sentin8.routing import Instance, RoutingTable
 from sentin8.selection import Selector
+from sentin8.shm.counters import WorkerCounters
 from sentin8.shm.policy import PolicyCache
 from sentin8.shm.snapshot import SnapshotCache
 from sentin8.shm.state import SharedState
@@ -60,6 +61,30 @@ def _decode_paused_gc(data: bytes) -> RoutingTable:
         gc.enable()
 
 
+def worker_backends(cfg: Config, shared: SharedState, counters: WorkerCounters) -> Backends:
+    """A worker's backend selection: the routing snapshot, the fleet's suspect marks and (``[breaker]
+    enabled``) its circuit breakers, all in shared memory. Also what the keep-alive profile builds."""
+    br = cfg.breaker
+    breakers = shared.breakers(
+        BreakerRules(br.failures, br.failure_ratio, br.min_requests, br.window_s, br.open_s, br.probe_timeout_s)
+    )
+    return Backends(
+        SnapshotCache(shared.snapshot_reader(), _decode_paused_gc),
+        Selector(shared.suspects(), cfg.sources.health_fresh_s, cfg.sources.suspect_ttl_s),
+        counters,
+        breakers=breakers if br.enabled else None,
+        breaker_open_s=br.open_s,
+    )
+
+
+def worker_policy(cfg: Config, shared: SharedState) -> tuple[EdgePolicy, PolicyCache]:
+    """A worker's edge policy over the fleet's rate-limit buckets, and its values: the config's [policy] with
+    the runtime overlay the management API publishes in shm on top."""
+    cluster = shared.cluster_status()  # cluster mode: the share of the limit while Valkey is unreachable
+    policy = EdgePolicy(cfg.policy, shared.buckets(), share=(lambda: cluster.share) if shared.cluster_enabled else None)
+    return policy, PolicyCache(shared.policy_reader(), cfg.policy)
+
+
 class Worker:
     def __init__(self, cfg: Config, shared: SharedState, index: int, slot: int, status_fd: int) -> None:
         self.cfg = cfg
@@ -67,28 +92,13 @@ class Worker:
         self.status_fd = status_fd
         self.counters = shared.worker_counters(slot)
         self.counters.claim(index)
-        br = cfg.breaker
-        self.breakers = shared.breakers(
-            BreakerRules(br.failures, br.failure_ratio, br.min_requests, br.window_s, br.open_s, br.probe_timeout_s)
-        )
-        self.backends = Backends(
-            SnapshotCache(shared.snapshot_reader(), _decode_paused_gc),
-            Selector(shared.suspects(), cfg.sources.health_fresh_s, cfg.sources.suspect_ttl_s),
-            self.counters,
-            breakers=self.breakers if br.enabled else None,
-            breaker_open_s=br.open_s,
-        )
+        self.backends = worker_backends(cfg, shared, self.counters)
         self.conncap = shared.connection_counts(slot)
         self.classifier = Classifier(cfg.network.internal_cidrs)
         # the balancers whose connections start with a PROXY v2 header (None: no one's do)
         self.proxy_sources = Classifier(cfg.listen.proxy_protocol_from) if cfg.listen.proxy_protocol_from else None
         self.pipes = PipePool()
-        cluster = shared.cluster_status()  # cluster mode: the share of the limit while Valkey is unreachable
-        self.policy = EdgePolicy(
-            cfg.policy, shared.buckets(), share=(lambda: cluster.share) if shared.cluster_enabled else None
-        )
-        # its values: the config's [policy] with the runtime overlay the management API publishes in shm on top
-        self.policy_values = PolicyCache(shared.policy_reader(), cfg.policy)
+        self.policy, self.policy_values = worker_policy(cfg, shared)
         self.cert_report = shared.cert_report_writer(slot)
         self.certs = CertStore(
             cfg.tls.cert_dir,

@@ -7,8 +7,8 @@
 The worker's path of a request, on loopback sockets: the PQ TLS layer (``workers.tls_layer``, ML-DSA-65 and
 X25519MLKEM768; ``--plain``: the h1 bridge on plain TCP; ``--h2 M``: the h2 bridge on plain TCP, prior
 knowledge, ``M`` concurrent streams as ``h2load -m M``), the h1 bridge, admission, the exchange and its
-relay, the pooled upstream connection, and the per-request accounting into real ``WorkerCounters`` (the
-worker's ``request_done`` and ``inflight`` calls). The proxy runs alone in this process on uvloop; the client
+relay, the pooled upstream connection, and the worker's own ``L7Context`` (``worker_context``: backend selection
+over shared suspect marks and breakers, the edge policy, the per-request accounting into real ``WorkerCounters``). The proxy runs alone in this process on uvloop; the client
 (pyOpenSSL on a blocking socket, one connection, sequential GETs) and the backend (a blocking socket answering
 a fixed 200) are forked children, so the figure is the proxy process's CPU time per request (user + system:
 the kernel time of its sends and receives included; the same syscalls in both builds). No peers, no root.
@@ -42,11 +42,12 @@ from sentin8 import certpair, routing, tls
 from sentin8.config import Config, Limits, Upstream
 from sentin8.http.h2_engine import ClientConnection
 from sentin8.routing import Instance, Route
-from sentin8.shm.counters import WorkerCounters, region_bytes
-from workers.l7 import Exchange, L7Bridge, RequestInfo
+from sentin8.shm.state import SharedState
+from workers.l7 import L7Bridge
 from workers.l7.h2.connection import H2Bridge
+from workers.l7_context import WorkerL7Context
 from workers.tls_layer import TLSServerProtocol
-from workers.upstream import UpstreamPool
+from workers.worker import worker_backends, worker_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "bench.test"
@@ -58,57 +59,27 @@ RESPONSE = (
 REQUEST = b"GET / HTTP/1.1\r\nHost: %s\r\nUser-Agent: wrk/4.2\r\nAccept: */*\r\n\r\n" % HOST.encode()
 
 
-class Context:
-    """The ``L7Context`` a worker gives its bridges (``workers.l7_context.WorkerL7Context``), reduced to what a
-    plain keep-alive GET touches: a routing table, real shared-memory counters, no policy, no WAF."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, backend_port: int, concurrency: int = 1, pool: int = 0) -> None:
-        # by default as many idle upstream connections as requests in flight: every request takes a warm one, as
-        # in the side-by-side bench at -m10 (its pool, 128 per worker, holds h2load -m10's 80 streams per worker);
-        # ``pool`` below the concurrency makes requests connect anew, as -m100's 800 streams per worker do
-        idle = pool or max(8, concurrency)
-        self.cfg = Config(limits=Limits(), upstream=Upstream(pool_max_idle_per_instance=idle))
-        self.pool = UpstreamPool.from_config(loop, self.cfg)
-        instances = [Instance(id="web-0", service="web", host="127.0.0.1", port=backend_port)]
-        self.table = routing.build([Route(hostname=HOST, service="web")], instances, built_at=0.0)
-        self.counters = WorkerCounters(memoryview(bytearray(region_bytes(1, 4))), 0, 4)
-        self.inflight_now = 0
-        self.resolve = self.table.resolve
-        self.count = self.counters.inc
-        self.refused = self.counters.refused
-        self.upstream = self.counters.upstream
-
-    def candidates(self, service: str) -> list[Instance]:
-        return list(self.table.instances(service))
-
-    def backend_failed(self, instance: Instance) -> None:
-        raise AssertionError(f"backend {instance.id} failed")
-
-    def upstream_result(self, instance_id: str, ok: bool) -> None:
-        pass
-
-    def service_id(self, service: str) -> int:
-        return self.table.service_id(service)
-
-    def request_done(self, ex: Exchange, seconds: float) -> None:
-        self.counters.request(ex.sidx, ex.status, seconds)
-        self.counters.traffic(ex.client.facts.external, "requests")
-
-    def inflight(self, delta: int) -> None:
-        self.inflight_now += delta
-        self.counters.add_gauge("active_connections", delta)
-
-    def overloaded(self) -> bool:
-        return False
-
-    def policy(self, request: RequestInfo) -> None:
-        return None
-
-    def waf_gate(self) -> None:
-        return None
-
-    def upstream_tls(self, instance: Instance) -> None:
-        return None
+def worker_context(
+    loop: asyncio.AbstractEventLoop, backend_port: int, concurrency: int = 1, pool: int = 0
+) -> WorkerL7Context:
+    """The ``L7Context`` a worker gives its bridges, built as a worker builds it (``workers.worker``): the
+    routing snapshot published in a fresh ``SharedState``, backend selection over its suspect marks and
+    circuit breakers, the edge policy over its rate-limit buckets, and the per-request accounting into real
+    ``WorkerCounters``. Everything but the worker's sockets: a request pays here what it pays in a worker."""
+    # by default as many idle upstream connections as requests in flight: every request takes a warm one, as in
+    # the side-by-side bench at -m10 (its pool, 128 per worker, holds h2load -m10's 80 streams per worker);
+    # ``pool`` below the concurrency makes requests connect anew, as -m100's 800 streams per worker do
+    idle = pool or max(8, concurrency)
+    cfg = Config(limits=Limits(), upstream=Upstream(pool_max_idle_per_instance=idle))
+    shared = SharedState(cfg, 1)
+    instances = [Instance(id="web-0", service="web", host="127.0.0.1", port=backend_port)]
+    table = routing.build([Route(hostname=HOST, service="web")], instances, built_at=time.time())
+    table.with_service_ids(shared.service_names().assign)
+    shared.snapshot_writer().publish(routing.encode(table))
+    counters = shared.worker_counters(0)
+    counters.claim(0)
+    policy, policy_values = worker_policy(cfg, shared)
+    return WorkerL7Context(cfg, loop, counters, worker_backends(cfg, shared, counters), policy, policy_values)
 
 
 def serve_backend(srv: socket.socket) -> None:
@@ -146,7 +117,7 @@ class Proxy:
     def __init__(self, plain: bool, backend_port: int, h2: int = 0, pool: int = 0) -> None:
         self.loop = uvloop.new_event_loop()
         asyncio.set_event_loop(self.loop)
-        self.ctx = Context(self.loop, backend_port, concurrency=h2, pool=pool)
+        self.ctx = worker_context(self.loop, backend_port, concurrency=h2, pool=pool)
         front = None if plain else tls.server_context(server_cert())
 
         def factory() -> asyncio.Protocol:

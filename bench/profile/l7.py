@@ -65,7 +65,7 @@ def main() -> int:
     ap.add_argument("--what", default="wrk,hs,ws")
     ap.add_argument("--handshakes", type=int, default=2000)
     ap.add_argument("--pyspy", default="", help="record one worker with py-spy during the first wrk run")
-    ap.add_argument("--perf", default="", help="perf record -g a worker in each first run: PATH-wrk, -h2, -res")
+    ap.add_argument("--perf", default="", help="perf record -g a worker in each first run: PATH-wrk, -h2, -hs, -res")
     a = ap.parse_args()
     what = set(a.what.split(","))
     work = Path(tempfile.mkdtemp(prefix="sentin8-prof-"))
@@ -121,12 +121,14 @@ def main() -> int:
                 line.append(f"h2 -m10 {s.value or 0:8.0f} req/s {per:6.1f} CPU-us/req err={s.errors}")
             if "hs" in what:
                 spy = _spy(a.pyspy, l7.worker_pids()[0]) if first else None
+                perf = _perf(a.perf + "-hs", l7.worker_pids()[0]) if run == 0 and a.perf else None
                 each0 = {pid: procs.cpu_seconds([pid]) for pid in pids}
                 c0 = procs.cpu_seconds(pids)
                 s = loadtools.h2load_handshakes(tc, url, a.handshakes)
                 cpu = procs.cpu_seconds(pids) - c0
                 each = {pid: procs.cpu_seconds([pid]) - t for pid, t in each0.items()}
                 _stop(spy)
+                _stop(perf)
                 line.append(f"hs {s.value or 0:6.0f}/s {cpu / max(1, s.count) * 1e3:5.2f} CPU-ms err={s.errors}")
                 # where the CPU per handshake goes: workers vs the supervisor, resolver and mgmt processes
                 workers = set(l7.worker_pids())
