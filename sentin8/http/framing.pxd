@@ -13,3 +13,5 @@ cdef class RequestHead:
     cdef public object acme, authority, content_length, headers, host, method, path, target, version
     cdef public object websocket_key
     cdef public bint chunked, expect_continue, keep_alive, websocket
+
+cpdef _add_fields(list parts, headers)  # per head: a C call from request_head and response_head

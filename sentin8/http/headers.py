@@ -203,11 +203,7 @@ def forward_headers(
     """
     out, corr_in = _filter_request(headers, websocket, http10)
     corr = correlation_id(corr_in)
-    out.append((b"X-Sentin8-Env-Id", route.env_id.encode()))
-    out.append((b"X-Sentin8-App-Id", route.app_id.encode()))
-    if route.org_id:
-        out.append((b"X-Sentin8-Org-Id", route.org_id.encode()))
-    out.append((b"X-Sentin8-Service", route.service.encode()))
+    out += _route_context(route)
     out.append((b"X-Sentin8-Hostname", hostname.encode()))
     out.append((b"X-Sentin8-Correlation-Id", corr))
     out.append((b"X-Sentin8-Caller-Service", b"external"))
@@ -217,6 +213,24 @@ def forward_headers(
     out.append((b"X-Forwarded-Proto", proto.encode()))
     out.append((b"X-Forwarded-Host", host))
     return out, corr
+
+
+_ROUTE_CONTEXT: dict[Route, tuple[Header, ...]] = {}
+
+
+def _route_context(route: Route) -> tuple[Header, ...]:
+    """The route's tenant context headers, encoded once per route (a Route is frozen and hashable: the same
+    route in a new snapshot finds its entry). Bounded: a registry that churns routes cannot grow it past 10,000."""
+    got = _ROUTE_CONTEXT.get(route)
+    if got is None:
+        if len(_ROUTE_CONTEXT) >= 10_000:
+            _ROUTE_CONTEXT.clear()
+        pairs = [(b"X-Sentin8-Env-Id", route.env_id.encode()), (b"X-Sentin8-App-Id", route.app_id.encode())]
+        if route.org_id:
+            pairs.append((b"X-Sentin8-Org-Id", route.org_id.encode()))
+        pairs.append((b"X-Sentin8-Service", route.service.encode()))
+        got = _ROUTE_CONTEXT[route] = tuple(pairs)
+    return got
 
 
 def passthrough_headers(headers: list[Header], *, websocket: bool = False, http10: bool = False) -> list[Header]:
