@@ -7,11 +7,12 @@
 The worker's path of a request, on loopback sockets: the PQ TLS layer (``workers.tls_layer``, ML-DSA-65 and
 X25519MLKEM768; ``--plain``: the h1 bridge on plain TCP; ``--h2 M``: the h2 bridge on plain TCP, prior
 knowledge, ``M`` concurrent streams as ``h2load -m M``), the h1 bridge, admission, the exchange and its
-relay, the pooled upstream connection, and the worker's own ``L7Context`` (``worker_context``: backend selection
-over shared suspect marks and breakers, the edge policy, the per-request accounting into real ``WorkerCounters``). The proxy runs alone in this process on uvloop; the client
-(pyOpenSSL on a blocking socket, one connection, sequential GETs) and the backend (a blocking socket answering
-a fixed 200) are forked children, so the figure is the proxy process's CPU time per request (user + system:
-the kernel time of its sends and receives included; the same syscalls in both builds). No peers, no root.
+relay, the pooled upstream connection, and the worker's own ``L7Context`` (``worker_context``: backend
+selection over shared suspect marks and breakers, the edge policy, the per-request accounting into real
+``WorkerCounters``). The proxy runs alone in this process on uvloop; the client (pyOpenSSL on a blocking
+socket, one connection, sequential GETs) and the backend (a blocking socket answering a fixed 200) are forked
+children, so the figure is the proxy process's CPU time per request (user + system: the kernel time of its
+sends and receives included; the same syscalls in both builds). No peers, no root.
 Prints the build, then the median and the best CPU-µs per request over ``--rounds``, and the user-space
 part alone (the kernel's loopback work, done in the sender's context, is most of the rest and most of the
 noise on a shared machine; ``valgrind --tool=callgrind --trace-children=no`` on this command counts the
