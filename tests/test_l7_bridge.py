@@ -21,7 +21,7 @@ from sentin8.config import Config, Limits, Policy, Upstream
 from sentin8.http.framing import websocket_accept
 from sentin8.policy import EdgePolicy, Verdict, rate_limit_headers
 from sentin8.routing import Instance, Route
-from workers.l7 import L7Bridge, PlainHTTPListener, RequestInfo
+from workers.l7 import L7Bridge, L7Context, PlainHTTPListener, RequestInfo
 from workers.upstream import UpstreamPool
 from workers.waf_gate import WafGate
 
@@ -235,7 +235,7 @@ class Backend:
 # --------------------------------------------------------------------------------------------------------
 
 
-class Ctx:
+class Ctx(L7Context):
     def __init__(self, cfg: Config, table: routing.RoutingTable, loop: asyncio.AbstractEventLoop) -> None:
         self.cfg = cfg
         self.table = table

@@ -76,7 +76,7 @@ class Transport:
         pass
 
 
-class Ctx:
+class Ctx(L7Context):
     def __init__(self, cfg: Config, table: routing.RoutingTable, pool: UpstreamPool) -> None:
         self.cfg = cfg
         self.table = table

@@ -18,13 +18,15 @@ from sentin8.shm.policy import PolicyCache
 
 from .access_log import AccessLog
 from .l7 import Exchange, RequestInfo
+from .l7.contract import L7Context
 from .tls_client import TLSClientProtocol
 from .upstream import UpstreamPool
 from .waf_gate import WafGate
 
 
-class WorkerL7Context:
-    """The ``L7Context`` of a worker: one per process, shared by all its bridges."""
+class WorkerL7Context(L7Context):
+    """The ``L7Context`` of a worker: one per process, shared by all its bridges. Compiled, a ``cdef``
+    subclass (``l7_context.pxd``): its counters typed, its methods C overrides of the base's."""
 
     def __init__(
         self,
@@ -44,21 +46,34 @@ class WorkerL7Context:
         self.pool = UpstreamPool.from_config(loop, cfg)
         self.gate = WafGate(loop, policy, counters.inc)
         self.inflight_now = 0  # this worker's L7 requests in flight (the gauge's local twin, for the cap)
+        self.inflight_cap = cfg.limits.max_inflight_per_worker  # 0: no cap
         self._upstream_tls = UpstreamTLS(cfg.upstream, counters.inc)
         self.access_log = AccessLog(worker_index) if cfg.log.access else None
-        # The L7Context calls that only pass on: the bound methods themselves, one Python call per use
-        # instead of two (each runs once or twice per request).
-        self.resolve: Callable[[str], Route | None] = backends.resolve
-        self.candidates: Callable[[str], list[Instance]] = backends.candidates
-        self.backend_failed: Callable[[Instance], None] = backends.failed
-        self.upstream_result: Callable[[str, bool], None] = backends.result
-        self.upstream: Callable[[int, str], None] = counters.upstream
-        self.count: Callable[..., None] = counters.inc  # (name, n=1)
-        self.refused: Callable[[Refusal], None] = counters.refused  # counted as sentin8.refusals decides
+
+    def resolve(self, host: str) -> Route | None:
+        return self.backends.resolve(host)
+
+    def candidates(self, service: str) -> list[Instance]:
+        return self.backends.candidates(service)
+
+    def backend_failed(self, instance: Instance) -> None:
+        self.backends.failed(instance)
+
+    def upstream_result(self, instance_id: str, ok: bool) -> None:
+        self.backends.result(instance_id, ok)
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counters.inc(name, n)
+
+    def refused(self, refusal: Refusal) -> None:
+        self.counters.refused(refusal)  # counted as sentin8.refusals decides
+
+    def upstream(self, sidx: int, name: str) -> None:
+        self.counters.upstream(sidx, name)
 
     def overloaded(self) -> bool:
-        cap = self.cfg.limits.max_inflight_per_worker
-        return bool(cap) and self.inflight_now > cap
+        cap = self.inflight_cap
+        return cap > 0 and self.inflight_now > cap
 
     def service_id(self, service: str) -> int:
         table = self.backends.table()

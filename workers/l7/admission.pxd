@@ -1,6 +1,7 @@
 # C layout of admission's outcomes and the head it reads (Cython pure-Python mode; admission.py stays the
 # source). The exchange reads every outcome's fields; admit reads ~15 fields of the head: struct members.
 from sentin8.http.framing cimport RequestHead
+from workers.l7.contract cimport L7Context
 
 cdef class Refuse:
     cdef public object headers, host, service
@@ -12,4 +13,4 @@ cdef class Admitted:
     cdef public Py_ssize_t sidx
     cdef public bint inspect
 
-cpdef object admit(object ctx, object facts, RequestHead head)
+cpdef object admit(L7Context ctx, object facts, RequestHead head)

@@ -2,14 +2,16 @@ cimport cython
 from workers.l7.relay cimport ResponseParser, ResponseRelay
 from workers.l7.admission cimport admit
 from workers.upstream cimport UpstreamConn
+from workers.l7.contract cimport L7Context
 
 cdef class Exchange(ResponseRelay):
     # the steps of one request that call each other (relay.pxd has the rest): C calls
     cpdef _to(self, state)
     cpdef routed(self, service, sidx, host)
+    @cython.locals(ctx=L7Context)
     cpdef forward(self)
     @cython.locals(parser=ResponseParser)
     cpdef _attach(self, UpstreamConn conn, inst, warm)
     cpdef _response_done(self)
-    @cython.locals(parser=ResponseParser, conn=UpstreamConn)
+    @cython.locals(parser=ResponseParser, conn=UpstreamConn, ctx=L7Context)
     cpdef _finish(self, reuse, abort=*)

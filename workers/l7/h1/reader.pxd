@@ -4,11 +4,13 @@
 # public. ``__dict__`` keeps the class-level defaults (``external``, ``refuse_status``...) settable per
 # instance, as the worker and the tests do.
 from workers.deadline cimport Deadline
+from workers.l7.contract cimport L7Context
 from workers.l7.request cimport Request
 
 cdef class RequestReader:
     cdef dict __dict__
-    cdef public object ctx, loop, facts, client_addr, scheme, transport
+    cdef public L7Context ctx  # typed: each of a request's calls on it is a C call
+    cdef public object loop, facts, client_addr, scheme, transport
     cdef public Request _req, _upgrade_req
     cdef public object _read, _feeding, _parser, _chunk_size, _resp, _out, _ex, _tunnel, _send
     cdef public object _drain_timer, _drain_grace, _header_timeout, _idle_timeout

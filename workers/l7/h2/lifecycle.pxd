@@ -5,10 +5,12 @@
 # keeps the class-level knobs (``external``, ``refuse_status``...) settable per instance.
 from sentin8.http.h2_budget cimport StreamBudget
 from sentin8.http.h2_engine cimport ServerConnection
+from workers.l7.contract cimport L7Context
 
 cdef class ConnectionLifecycle:
     cdef dict __dict__
-    cdef public object ctx, loop, client_addr, scheme, blocks, facts, transport, send_deadlines
+    cdef public L7Context ctx
+    cdef public object loop, client_addr, scheme, blocks, facts, transport, send_deadlines
     cdef public object _header_timer, _timer
     cdef public ServerConnection engine
     cdef public StreamBudget budget

@@ -2,13 +2,15 @@
 # source); fields stay public. Its connection (as its cdef base), request and exchange are typed: the engine calls it makes per
 # response (send_head, send_data, end_stream, consume) are C calls.
 from workers.deadline cimport Deadline
+from workers.l7.contract cimport L7Context
 from workers.l7.exchange cimport Exchange
 from workers.l7.h2.lifecycle cimport ConnectionLifecycle
 from workers.l7.request cimport Request
 
 cdef class H2Stream:
     cdef public ConnectionLifecycle _conn  # the H2Bridge (its cdef base: connection.py imports this module)
-    cdef public object ctx, loop, facts
+    cdef public L7Context ctx
+    cdef public object loop, facts
     cdef public Exchange ex
     cdef public Request req
     cdef public Deadline body_deadline

@@ -1,0 +1,21 @@
+# C layout of a worker's L7Context (Cython pure-Python mode; l7_context.py stays the source): a cdef subclass
+# of workers/l7/contract.pxd's base, its methods C overrides, its counters typed (their methods compiled).
+from workers.l7.contract cimport L7Context
+
+cdef class WorkerL7Context(L7Context):
+    cdef public object backends, edge_policy, policy_values, gate, _upstream_tls, access_log, counters
+    cdef public Py_ssize_t inflight_now, inflight_cap
+    cpdef resolve(self, host)
+    cpdef candidates(self, service)
+    cpdef backend_failed(self, instance)
+    cpdef count(self, name, n=*)
+    cpdef refused(self, refusal)
+    cpdef service_id(self, service)
+    cpdef upstream(self, sidx, name)
+    cpdef request_done(self, ex, seconds)
+    cpdef inflight(self, delta)
+    cpdef policy(self, request)
+    cpdef upstream_tls(self, instance)
+    cpdef waf_gate(self)
+    cpdef upstream_result(self, instance_id, ok)
+    cpdef overloaded(self)
