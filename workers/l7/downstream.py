@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from sentin8.http.headers import Header
 from sentin8.http.response import UpstreamBody
@@ -90,43 +90,86 @@ class ConnectionFacts:
 NO_FACTS = ConnectionFacts("", "https", None, False, None, None, True, False, 0, "h1")
 
 
-class Downstream(Protocol):
-    """The client side of one request, as its exchange uses it (the module docstring says what each does)."""
+class Downstream:
+    """The client side of one request, as its exchange uses it (the module docstring says what each does).
+
+    A base class rather than a Protocol so that, compiled, it is the ``cdef`` base of both client sides
+    (``downstream.pxd``): the h1 connection (through ``ResponseWriter``) and the h2 stream. The exchange holds
+    its client typed, so ``ctx``, ``loop`` and ``facts`` are struct members and the calls of every request
+    (the head, the body, the end, ``flush``, ``body_taken``, ``exchange_done``) are C calls. A method left as
+    it is here raises: each client side implements every one."""
+
+    __slots__ = ()
 
     ctx: L7Context
     loop: asyncio.AbstractEventLoop
     facts: ConnectionFacts
-    track_buffers: bool  # tests: note the bytes held in buffers (``track``)
+    # and ``track_buffers``, a class-level bool: tests note the bytes held in buffers (``track``)
 
     @property
-    def draining(self) -> bool: ...
+    def draining(self) -> bool:
+        raise NotImplementedError
+
     @property
-    def writing_paused(self) -> bool: ...
+    def writing_paused(self) -> bool:
+        raise NotImplementedError
 
     # the response, as events
-    def send_interim(self, status: int, reason: bytes, headers: list[Header]) -> None: ...
-    def send_head(self, status: int, reason: bytes, headers: list[Header], body: UpstreamBody) -> None: ...
-    def send_body(self, data: bytes) -> None: ...
-    def send_end(self) -> None: ...
-    def send_trailers(self, headers: list[Header]) -> None: ...
-    def send_abort(self) -> None: ...
-    def flush(self) -> None: ...
+    def send_interim(self, status: int, reason: bytes, headers: list[Header]) -> None:
+        raise NotImplementedError
+
+    def send_head(self, status: int, reason: bytes, headers: list[Header], body: UpstreamBody) -> None:
+        raise NotImplementedError
+
+    def send_body(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def send_end(self) -> None:
+        raise NotImplementedError
+
+    def send_trailers(self, headers: list[Header]) -> None:
+        raise NotImplementedError
+
+    def send_abort(self) -> None:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        raise NotImplementedError
 
     # the proxy's own answers
-    def send_continue(self) -> None: ...
-    def answer_error(self, status: int) -> None: ...
-    def answer_local(self, status: int, headers: list[Header], *, keep_alive: bool, body: bytes | None) -> bool: ...
+    def send_continue(self) -> None:
+        raise NotImplementedError
+
+    def answer_error(self, status: int) -> None:
+        raise NotImplementedError
+
+    def answer_local(self, status: int, headers: list[Header], *, keep_alive: bool, body: bytes | None) -> bool:
+        raise NotImplementedError
 
     # the request body
-    def hold_body(self, req: Request, data: bytes) -> None: ...
-    def hold_limit(self, limit: int, held: int) -> None: ...
-    def body_taken(self) -> None: ...
-    def pause_body(self) -> None: ...
-    def resume_body(self) -> None: ...
+    def hold_body(self, req: Request, data: bytes) -> None:
+        raise NotImplementedError
+
+    def hold_limit(self, limit: int, held: int) -> None:
+        raise NotImplementedError
+
+    def body_taken(self) -> None:
+        raise NotImplementedError
+
+    def pause_body(self) -> None:
+        raise NotImplementedError
+
+    def resume_body(self) -> None:
+        raise NotImplementedError
 
     # the end
     def open_tunnel(
         self, ex: Exchange, conn: UpstreamConn, reason: bytes, headers: list[Header], first: bytes
-    ) -> None: ...
-    def exchange_done(self, ex: Exchange) -> None: ...
-    def track(self, held: int) -> None: ...
+    ) -> None:
+        raise NotImplementedError
+
+    def exchange_done(self, ex: Exchange) -> None:
+        raise NotImplementedError
+
+    def track(self, held: int) -> None:
+        raise NotImplementedError

@@ -2,12 +2,14 @@
 # Exchange is declared here, on its base, so both halves reach them as C struct members; all stay public
 # (the connection, the stream and the tests read them).
 from sentin8.http.framing cimport HeaderBudget
+from workers.l7.downstream cimport Downstream
 from workers.l7.request cimport Request
 from workers.upstream cimport UpstreamConn
 
 cdef class ResponseRelay:
     cdef public Request req
-    cdef public object client, state, resp_headers, resp_parser, resp_reason, resp_raw, resp_trailers
+    cdef public Downstream client  # the h1 connection or the h2 stream: its per-request calls are C calls
+    cdef public object state, resp_headers, resp_parser, resp_reason, resp_raw, resp_trailers
     cdef public HeaderBudget resp_budget
     cdef public Py_ssize_t status, resp_body_bytes, interims, interim_bytes
     cdef public bint head_only, close_delimited, resp_extra, resp_keep_alive

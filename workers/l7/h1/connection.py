@@ -38,12 +38,12 @@ from ..request import Request
 from . import flow
 from .reader import RequestReader
 from .tunnel import Tunnel
-from .writer import NO_RESPONSE, ResponseWriter
+from .writer import NO_RESPONSE
 
 _CLOSED_PARSER = httptools.HttpRequestParser(None)  # a closed connection's: nothing is ever fed to it
 
 
-class L7Bridge(RequestReader, ResponseWriter, asyncio.Protocol):
+class L7Bridge(RequestReader, asyncio.Protocol):
     """One client connection. ``client_addr`` None = take the transport's peername. The three class knobs below
     are set by the worker before the connection is made, then frozen into ``facts``."""
 

@@ -26,13 +26,14 @@ from ... import deadline
 from ..contract import L7Context
 from ..request import Request, Stop
 from . import flow
+from .writer import ResponseWriter
 
 log = logging.getLogger("sentin8.l7")
 
 _NO_VIEW = ctypes.c_uint64(0)  # chunk sizes cannot be read (llhttp_private): every chunk looks small
 
 
-class RequestReader:
+class RequestReader(ResponseWriter):
     # Provided by L7Bridge.
     ctx: L7Context
     loop: asyncio.AbstractEventLoop

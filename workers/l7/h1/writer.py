@@ -6,8 +6,8 @@ The events of one upstream read are batched and written by ``flush`` in as few w
 the 101 of a tunnel) are written when made. Over TLS every write is the layer's ``write_soon``: encrypted at
 once, its socket write at the end of the loop turn with the turn's other writes, so the responses one turn
 relays to many clients leave in one burst (``workers/tls_layer.py``); a close writes them first.
-``ResponseWriter`` is the base of ``L7Bridge`` (connection.py), as ``RequestReader`` (reader.py) is its
-request half.
+``ResponseWriter`` is the ``Downstream`` base of ``RequestReader`` (reader.py), the first base of
+``L7Bridge`` (connection.py): one line of bases, so that compiled they are one C layout.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from sentin8.http.h1_response import H1Response
 from sentin8.http.headers import Header
 from sentin8.http.response import UpstreamBody, coalesce, split
 
+from ..downstream import Downstream
+
 if TYPE_CHECKING:
     from ..exchange import Exchange
 
@@ -29,10 +31,10 @@ LOCAL_DRAIN_MAX = 64 * 1024  # a refused request's body read and dropped to keep
 NO_RESPONSE = H1Response(None, head_only=False)  # between requests: never written to
 
 
-class ResponseWriter:
-    # Provided by L7Bridge.
+class ResponseWriter(Downstream):
+    # Set by L7Bridge (fields declared in writer.pxd when compiled).
     transport: asyncio.Transport | None
-    track_buffers: bool
+    # and ``track_buffers``, L7Bridge's class-level knob
     max_buffered: int
     _resp: H1Response
     _out: list[bytes]

@@ -23,7 +23,7 @@ from sentin8.http.headers import Header
 from sentin8.http.response import UpstreamBody, without_content_length
 
 from ...deadline import Deadline
-from ..downstream import ConnectionFacts
+from ..downstream import ConnectionFacts, Downstream
 from ..request import Request
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ WRITE_HIGH = 64 * 1024  # response bytes queued for one stream before its upstre
 _TEXT: list[Header] = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store")]
 
 
-class H2Stream:
+class H2Stream(Downstream):
     """The client side of one request on an h2 connection."""
 
     __slots__ = (
