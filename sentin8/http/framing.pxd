@@ -15,3 +15,4 @@ cdef class RequestHead:
     cdef public bint chunked, expect_continue, keep_alive, websocket
 
 cpdef _add_fields(list parts, headers)  # per head: a C call from request_head and response_head
+cpdef bytes _status_line(status, reason)

@@ -14,6 +14,8 @@ cdef class RequestReader(ResponseWriter):
     cdef public Request _req, _upgrade_req
     cdef public object _read, _feeding, _parser, _chunk_size, _tunnel
     cdef public object _drain_timer, _drain_grace, _header_timeout, _idle_timeout
+    cdef public object _queue, _idle_since, _send_timeout, _send_timer, _linger_timer  # connection.py's own
+    cdef public Py_ssize_t _lingered
     cdef public object _eof, _progress, _completed_in_feed, _write_paused, _body_activity
     cdef public Py_ssize_t _body_cap, _head_raw, _max_header_bytes, _max_headers, _raw_head_cap
     cdef public Deadline _deadline
