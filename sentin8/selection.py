@@ -19,6 +19,11 @@ def eligible(instances: list[Instance], now: float, health_fresh_s: float) -> li
     return [i for i in instances if i.state == "Active" and (i.health_ts is None or now - i.health_ts < health_fresh_s)]
 
 
+def _fresh_until(pool: list[Instance], health_fresh_s: float) -> float:
+    """When the first heartbeat of ``pool`` goes stale (inf: none of them has one)."""
+    return min((i.health_ts + health_fresh_s for i in pool if i.health_ts is not None), default=math.inf)
+
+
 class Selector:
     """Round-robin over eligible instances; suspects go last, so when every instance is suspect the order
     is plain round-robin (ARCHITECTURE.md §3 step 5: failing over beats failing)."""
@@ -37,7 +42,7 @@ class Selector:
         if hit is not None and hit[0] is instances and now < hit[1]:
             return hit[2]
         pool = eligible(instances, now, self.health_fresh_s)
-        until = min((i.health_ts + self.health_fresh_s for i in pool if i.health_ts is not None), default=math.inf)
+        until = _fresh_until(pool, self.health_fresh_s)
         if len(self._eligible) > 100_000:
             self._eligible.clear()
         self._eligible[service] = (instances, until, pool)
