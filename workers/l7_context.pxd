@@ -1,11 +1,14 @@
 # C layout of a worker's L7Context (Cython pure-Python mode; l7_context.py stays the source): a cdef subclass
-# of workers/l7/contract.pxd's base, its methods C overrides, its backend facade typed (backends.pxd).
+# of workers/l7/contract.pxd's base, its methods C overrides, its backend facade and its counters typed
+# (backends.pxd, shm/counters.pxd): a request's selection and accounting are C calls.
 from sentin8.backends cimport Backends
+from sentin8.shm.counters cimport WorkerCounters
 from workers.l7.contract cimport L7Context
 
 cdef class WorkerL7Context(L7Context):
     cdef public Backends backends
-    cdef public object edge_policy, policy_values, gate, _upstream_tls, access_log, counters
+    cdef public WorkerCounters counters
+    cdef public object edge_policy, policy_values, gate, _upstream_tls, access_log
     cdef public Py_ssize_t inflight_now, inflight_cap
     cpdef resolve(self, host)
     cpdef candidates(self, service)

@@ -1,6 +1,22 @@
 # C layout of a worker's counter handle (Cython pure-Python mode; counters.py stays the source). The block and
 # the header are typed views of the shared words: each update is a C load and store on the mapping, not a
-# memoryview item call and a Python int.
+# memoryview item call and a Python int. The per-request updates are cpdef with C locals, and the worker's
+# context holds its counters typed (workers/l7_context.pxd): a request's accounting is C calls.
+cimport cython
+
 cdef class WorkerCounters:
     cdef public unsigned long long[::1] words, _header
     cdef public Py_ssize_t services
+    @cython.locals(i=Py_ssize_t)
+    cpdef inc(self, name, n=*)
+    @cython.locals(i=Py_ssize_t, value="long long")
+    cpdef add_gauge(self, name, delta)
+    @cython.locals(w="unsigned long long[::1]", row=Py_ssize_t, i=Py_ssize_t, us="unsigned long long",
+                   epoch="unsigned long long", s=Py_ssize_t)
+    cpdef request(self, sidx, status, seconds)
+    @cython.locals(w="unsigned long long[::1]", index=Py_ssize_t, offset=Py_ssize_t)
+    cpdef upstream(self, sidx, name)
+    @cython.locals(w="unsigned long long[::1]", i=Py_ssize_t)
+    cpdef refused(self, refusal)
+    @cython.locals(i=Py_ssize_t)
+    cpdef traffic(self, external, what=*)
