@@ -172,6 +172,11 @@ class Backend:
             body = b"".join(self._body_chunks(f, lower))
             send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
             return True
+        if path == "/early":  # nginx's `return 200`: the answer before a byte of the body is read
+            send(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly")
+            while f.read1(65536):  # then whatever the proxy still sends, until it closes (no reset)
+                pass
+            return False
         for _ in self._body_chunks(f, lower):
             pass
         if path == "/garbage":
@@ -1700,6 +1705,30 @@ def test_waf_passes_a_clean_body_intact_both_framings(start, backend):
     assert r.status == 200 and r.body == body
     assert proxy.counters["waf_inspected"] == 2 and proxy.counters["waf_offloaded"] == 2  # big: off the loop
     assert proxy.counters["policy_waf"] == 0
+    settled(proxy)
+
+
+def test_a_body_the_backend_answered_early_is_read_and_dropped_and_the_connection_goes_on(start, backend):
+    """A backend may answer before it has read the body (nginx's `return 200`). The client's connection then
+    carries its next request: the rest of a small body is read and dropped (RFC 9112 §9.6), with the same
+    bound as a local answer's; a bigger body closes the connection after the response, as before."""
+    from workers.l7.h1.writer import LOCAL_DRAIN_MAX
+
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    c.send(b"POST /early HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 20000\r\n\r\n" + b"a" * 2000)
+    r = c.response()
+    assert r.status == 200 and r.body == b"early"
+    c.send(b"b" * 18000)  # the rest of the body, after the answer
+    r = c.request(get("/after"))
+    assert r.status == 200 and r.json()["target"] == "/after"
+    # the dropped bytes never reached a backend as a request of their own
+    assert [req["target"] for req in backend.requests] == ["/early", "/after"]
+    settled(proxy)
+    c = proxy.client()
+    c.send(b"POST /early HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: %d\r\n\r\n" % (LOCAL_DRAIN_MAX + 1))
+    c.send(b"a" * 2000)
+    assert c.response().status == 200 and c.closed()
     settled(proxy)
 
 

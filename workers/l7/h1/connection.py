@@ -331,7 +331,11 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         self._deadline.disarm_if(deadline.BODY)
         if self._closing:
             return
-        if close or not req.complete or tunnel is not None or (self._eof and not self._queue):
+        # A backend may answer before the request's body has all arrived (it did not need it). The rest is
+        # then read and dropped (the finished exchange drops what reaches it) so that the connection carries
+        # the client's next request, when the body is small enough (``may_keep``); otherwise close.
+        drain_rest = not req.complete and req is self._req and self.may_keep(req)
+        if close or not (req.complete or drain_rest) or tunnel is not None or (self._eof and not self._queue):
             self._close()
             return
         # Draining, but this response went out before the drain and promised keep-alive: closing now would
@@ -342,6 +346,9 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         self.resume_reading(flow.UPSTREAM_FULL | flow.BODY_HELD | (flow.PIPELINED if len(self._queue) <= 1 else 0))
         if self._queue:
             self._start(self._queue[0])
+        elif drain_rest:
+            self._body_activity = self.loop.time()
+            self._deadline.arm(deadline.BODY, self._idle_timeout)  # the rest must keep coming, as any body
         elif self._req is not None:
             self._deadline.arm(deadline.HEADER, self._header_timeout)
         else:

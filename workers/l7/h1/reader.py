@@ -168,6 +168,8 @@ class RequestReader(ResponseWriter):
         ex = req.exchange
         if ex is not None:
             ex.client_body_end()
+            if ex is not self._ex:  # answered before this body ended, and over: break request <-> exchange
+                req.exchange = None
 
     def _reject(self, status: int) -> None:
         """Stop parsing; answer ``status`` (after whatever is in flight) and close. A cap (431, 414) is a

@@ -24,6 +24,7 @@ from ..downstream import Downstream
 
 if TYPE_CHECKING:
     from ..exchange import Exchange
+    from ..request import Request
 
 CHUNK = 16 * 1024  # response pieces written to the client (one TLS record each)
 LOCAL_DRAIN_MAX = 64 * 1024  # a refused request's body read and dropped to keep the connection; above it, close
@@ -92,26 +93,31 @@ class ResponseWriter(Downstream):
             self.write(data)
 
     def answer_local(self, status: int, headers: list[Header], *, keep_alive: bool, body: bytes | None) -> bool:
-        """Keep the connection when asked to and the client allows it. A body still to come is read and dropped
-        first, up to ``LOCAL_DRAIN_MAX`` bytes declared; a bigger or chunked body is not worth reading: the
-        connection closes after the answer."""
+        """Keep the connection when asked to and the client allows it (``may_keep``). A body still to come is
+        read and dropped first, up to ``LOCAL_DRAIN_MAX`` bytes declared; a bigger or chunked body is not worth
+        reading: the connection closes after the answer."""
         ex = self._ex
         assert ex is not None
-        req = ex.req
+        keep = keep_alive and self.may_keep(ex.req)
+        data = self._resp.local(status, headers, keep=keep, body=body)
+        if not self._closing:
+            self.write(data)
+        return keep
+
+    def may_keep(self, req: Request) -> bool:
+        """Whether the connection can carry the next request once ``req`` is answered: a keep-alive HTTP/1.1
+        request, no WebSocket handshake, no drain under way, and a body already read whole or small enough
+        (``LOCAL_DRAIN_MAX`` declared) to read and drop first (RFC 9112 §9.6). The rule for a local answer and
+        for a backend's answer that came before the body ended (connection.py's ``exchange_done``)."""
         head = req.head
-        assert head is not None
-        keep = (
-            keep_alive
+        return (
+            head is not None
             and head.keep_alive
             and head.version == "1.1"
             and not head.websocket
             and not self._draining
             and (req.complete or (not head.chunked and (head.content_length or 0) <= LOCAL_DRAIN_MAX))
         )
-        data = self._resp.local(status, headers, keep=keep, body=body)
-        if not self._closing:
-            self.write(data)
-        return keep
 
     # -- writes ---------------------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
