@@ -333,8 +333,16 @@ class L7Bridge(RequestReader, asyncio.Protocol):
             return
         # A backend may answer before the request's body has all arrived (it did not need it). The rest is
         # then read and dropped (the finished exchange drops what reaches it) so that the connection carries
-        # the client's next request, when the body is small enough (``may_keep``); otherwise close.
-        drain_rest = not req.complete and req is self._req and self.may_keep(req)
+        # the client's next request, when the body is small enough (``may_keep``); otherwise close. Not after
+        # ``Expect: 100-continue``: a final answer there tells the client not to send the body at all.
+        head = req.head
+        drain_rest = (
+            not req.complete
+            and req is self._req
+            and head is not None
+            and not head.expect_continue
+            and self.may_keep(req)
+        )
         if close or not (req.complete or drain_rest) or tunnel is not None or (self._eof and not self._queue):
             self._close()
             return
