@@ -383,8 +383,7 @@ def local_response(
         b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
         b"Cache-Control: no-store\r\n" % (status, reason, len(body))
     ]
-    for name, value in headers:
-        parts.append(b"%s: %s\r\n" % (name, value))
+    _add_fields(parts, headers)
     parts.append(b"Connection: close\r\n\r\n" if close else b"\r\n")
     if not head_only:
         parts.append(body)
