@@ -1729,6 +1729,9 @@ def test_a_body_the_backend_answered_early_is_read_and_dropped_and_the_connectio
     c.send(b"POST /early HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: %d\r\n\r\n" % (LOCAL_DRAIN_MAX + 1))
     c.send(b"a" * 2000)
     assert c.response().status == 200 and c.closed()
+    c = proxy.client()  # a chunked body has no declared end to bound the drain: closed after the answer too
+    c.send(b"POST /early HTTP/1.1\r\nHost: shop.example.com\r\nTransfer-Encoding: chunked\r\n\r\n7d0\r\n" + b"a" * 500)
+    assert c.response().status == 200 and c.closed()
     c = proxy.client()  # asked to wait for 100 Continue, answered at once: the body will not come, so close
     c.send(b"POST /early HTTP/1.1\r\nHost: shop.example.com\r\nExpect: 100-continue\r\nContent-Length: 2000\r\n\r\n")
     assert c.response().status == 200 and c.closed()
