@@ -2,6 +2,10 @@
 sentin8's and nginx's workers under the same wrk load (issue 18, item 2). Not part of ``python -m bench``.
 
     sudo .venv/bin/python -m bench.kernel_share [--duration 5] [--repeat 3] [--conns 64] [--h2]
+    sudo .venv/bin/python -m bench.kernel_share --l4 [--peers sentin8,haproxy,haproxy-splice]
+
+``--l4``: the bench's "L4 new conns" row instead (connect, ClientHello, the backend's first byte, close),
+sentin8's L4 fleet beside HAProxy in TCP mode; everything is then per connection.
 
 The same peers as ``python -m bench`` (``bench/stack.py``: 2 pinned workers each, PQ TLS, the backend nginx
 over plain HTTP keep-alive), the same ``wrk -t2 -c64`` GET / from the PQ toolchain. While wrk runs,
@@ -25,12 +29,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import certs, loadtools, procs, stack, toolchain
+from bench import backends, certs, clients, loadtools, procs, stack, toolchain
 
 SYSCALLS = (
     "read", "recvfrom", "recvmsg", "readv", "write", "sendto", "sendmsg", "writev",
     "epoll_wait", "epoll_pwait", "epoll_ctl", "futex", "getpid", "ioctl", "close", "accept4", "openat",
     "clock_gettime", "getsockopt", "setsockopt", "mmap", "munmap", "madvise", "brk",
+    "socket", "connect", "splice", "shutdown", "pipe2", "fcntl", "getsockname", "getpeername",
 )  # fmt: skip
 EVENTS = [f"syscalls:sys_enter_{s}" for s in SYSCALLS] + ["raw_syscalls:sys_enter", "context-switches"]
 
@@ -49,7 +54,9 @@ def _switches(pids: list[int]) -> tuple[int, int]:
     return vol, inv
 
 
-def _load(tc: toolchain.Toolchain, url: str, conns: int, duration: float, h2: bool):
+def _load(tc: toolchain.Toolchain, url: str, conns: int, duration: float, h2: bool, l4: bytes = b""):
+    if l4:  # the bench's l4_connrate: ``l4`` is the ClientHello each new connection sends
+        return clients.l4_connrate(int(url.rsplit(":", 1)[1].rstrip("/")), l4, duration)
     if h2:  # the bench's l7_h2_m10: 16 connections x 10 streams
         return loadtools.h2load_streams(tc, url, 16, 10, duration)
     return loadtools.wrk(tc, url, conns, duration)
@@ -63,10 +70,11 @@ def measure(
     duration: float,
     h2: bool = False,
     record: str = "",
+    l4: bytes = b"",
 ) -> dict:
     """One wrk (or h2load -m10) run against ``port`` with perf counting on ``workers``: per-request figures."""
     url = f"https://bench.test:{port}/"
-    _load(tc, url, conns, 1.0, h2)  # warm: handshakes done, buffers grown
+    _load(tc, url, conns, 1.0, h2, l4)  # warm: handshakes done, buffers grown
     perf = subprocess.Popen(
         ["perf", "stat", "-x", ",", "-e", ",".join(EVENTS), "-p", ",".join(map(str, workers))],
         stderr=subprocess.PIPE,
@@ -78,7 +86,7 @@ def measure(
         rec = subprocess.Popen([*argv, "-p", ",".join(map(str, workers))], stderr=subprocess.DEVNULL)
     time.sleep(0.3)  # perf attached
     c0, s0 = procs.cpu_split(workers), _switches(workers)
-    sample = _load(tc, url, conns, duration, h2)
+    sample = _load(tc, url, conns, duration, h2, l4)
     c1, s1 = procs.cpu_split(workers), _switches(workers)
     perf.send_signal(signal.SIGINT)
     _, err = perf.communicate(timeout=30)
@@ -115,6 +123,7 @@ def main() -> None:
     ap.add_argument("--peers", default="sentin8,nginx")
     ap.add_argument("--record", default="", help="perf record the first repeat of each peer: <prefix>-<peer>.data")
     ap.add_argument("--h2", action="store_true", help="h2load -c16 -m10 over HTTP/2 instead of wrk")
+    ap.add_argument("--l4", action="store_true", help="new L4 connections (sentin8, haproxy, haproxy-splice)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sentin8-kshare-"))
     tc = toolchain.ensure(work, log=sys.stderr)
@@ -122,28 +131,43 @@ def main() -> None:
     nofile = stack.rlimit_nofile()
     backend = stack.start_backend_nginx(tc, work, cert, nofile)
     http = backend.extra["http"]
-    routes = stack.Routes({}, http, backend.extra["tls"], http, http)  # no WebSocket here: any valid port
+    hello = b""
+    first_byte = None
+    if a.l4:
+        from tests.hellos import pq_hello  # real ClientHello bytes from a real PQ TLS stack
+
+        hello = pq_hello("rate.bench.test")
+        first_byte = backends.start("first_byte", stack.BACKEND_CPU, len(hello))
+    l4_routes = {"rate": first_byte.port} if first_byte else {}
+    routes = stack.Routes(l4_routes, http, backend.extra["tls"], http, http)  # no WebSocket here: any valid port
     peers: dict[str, stack.Peer] = {}
+    names = a.peers.split(",") if a.peers != "sentin8,nginx" or not a.l4 else ["sentin8", "haproxy"]
     try:
-        for name in a.peers.split(","):
+        for name in names:
             if name == "sentin8":
-                peers[name] = stack.start_sentin8(work, cert, routes).extra["l7"]
+                fleet = stack.start_sentin8(work, cert, routes)
+                peers[name] = fleet if a.l4 else fleet.extra["l7"]
             elif name == "nginx":
                 peers[name] = stack.start_nginx(tc, work, cert, routes, nofile)
+            elif name in ("haproxy", "haproxy-splice"):
+                peers[name] = stack.start_haproxy(tc, work, cert, routes, splice=name == "haproxy-splice")
         rows: dict[str, list[dict]] = {n: [] for n in peers}
         for rep in range(a.repeat):
             order = list(peers)[rep % len(peers) :] + list(peers)[: rep % len(peers)]
             for name in order:
                 p = peers[name]
                 record = f"{a.record}-{name}.data" if a.record and rep == 0 else ""
-                r = measure(tc, p.l7_port, p.worker_pids(), a.conns, a.duration, a.h2, record)
+                port = p.l4_port if a.l4 else p.l7_port
+                r = measure(tc, port, p.worker_pids(), a.conns, a.duration, a.h2, record, hello)
                 rows[name].append(r)
                 total = r.get("raw_syscalls:sys_enter", 0)
-                line = f"{name:8} {r['req_s']:8.0f} req/s  {r['cpu_us']:6.1f} CPU-µs/req  syscalls {total:.2f}/req"
+                unit = "conn" if a.l4 else "req"
+                cost = f"{r['cpu_us']:6.1f} CPU-µs/{unit}  syscalls {total:.2f}/{unit}"
+                line = f"{name:8} {r['req_s']:8.0f} {unit}/s  {cost}"
                 print(line, file=sys.stderr, flush=True)
         keys = ["req_s", "cpu_us", "user_us", "kernel_us", "minor_faults", "raw_syscalls:sys_enter", *SYSCALLS,
                 "context-switches", "voluntary", "involuntary", "errors"]  # fmt: skip
-        print("| per request | " + " | ".join(peers) + " |")
+        print(f"| per {'connection' if a.l4 else 'request'} | " + " | ".join(peers) + " |")
         print("|---|" + "---|" * len(peers))
         for k in keys:
             vals = [statistics.median(r.get(k, 0.0) for r in rows[n]) for n in peers]
@@ -156,6 +180,8 @@ def main() -> None:
                 p.stop()
         with contextlib.suppress(Exception):
             backend.stop()
+        if first_byte is not None:
+            first_byte.stop()
 
 
 if __name__ == "__main__":
