@@ -156,7 +156,7 @@ class _Wait(Generic[_T]):
             self.fut.set_exception(self.expired())
 
 
-class _Peek(_Wait[ClientHello]):
+class HelloPeek(_Wait[ClientHello]):
     """One connection's ClientHello peek. ``refuse_proxy``: a PROXY signature where the hello belongs is a
     PROXY header from a source that may not send one (refused, counted as such, never a garbage hello)."""
 
@@ -254,7 +254,7 @@ async def peek_client_hello(
     loop: asyncio.AbstractEventLoop, sock: socket.socket, max_bytes: int, timeout: float, refuse_proxy: bool = True
 ) -> ClientHello:
     """``refuse_proxy=False`` after a PROXY header was consumed: a second one is only garbage."""
-    peek = _Peek(sock, max_bytes, refuse_proxy)
+    peek = HelloPeek(sock, max_bytes, refuse_proxy)
     # With TCP_DEFER_ACCEPT the hello is nearly always there at accept: one recv and one parse, and no
     # future, reader or timer (this runs once per connection, before every full handshake).
     hello = peek.attempt()

@@ -6,7 +6,6 @@ Thin I/O around sentin8's sans-IO logic. One uvloop loop per process, pinned to 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import gc
 import signal
@@ -18,7 +17,7 @@ import setproctitle
 import uvloop
 from OpenSSL import SSL
 
-from sentin8 import lifecycle, proxy_protocol, refusals, routing, session_tickets, tls
+from sentin8 import lifecycle, routing, session_tickets, tls
 from sentin8.backends import Backends
 from sentin8.breaker import BreakerRules
 from sentin8.certpair import ServerCert
@@ -29,7 +28,7 @@ from sentin8.holds import Hold, OpenConnections
 from sentin8.metrics.scales import handshake_reason
 from sentin8.netclass import Classifier
 from sentin8.policy import EdgePolicy
-from sentin8.routing import Instance, RoutingTable
+from sentin8.routing import RoutingTable
 from sentin8.selection import Selector
 from sentin8.shm.counters import WorkerCounters
 from sentin8.shm.policy import PolicyCache
@@ -37,13 +36,12 @@ from sentin8.shm.snapshot import SnapshotCache
 from sentin8.shm.state import SharedState
 from sentin8.tls import SNIContexts
 
-from .connect import connect_first
-from .l4_pipe import PipePool, SplicePipe
+from .door import Door
+from .l4_pipe import PipePool
 from .l7 import L7Bridge, PlainHTTPListener
 from .l7.h2.connection import H2Bridge
 from .l7_context import WorkerL7Context
 from .listener import bind_reuseport
-from .peek import PeekFailed, peek_client_hello, read_proxy_header, refuse_hello
 from .poll_set import PollSet
 from .socket_linger import SocketLinger
 from .tls_layer import TLSServerProtocol
@@ -95,8 +93,6 @@ class Worker:
         self.backends = worker_backends(cfg, shared, self.counters)
         self.conncap = shared.connection_counts(slot)
         self.classifier = Classifier(cfg.network.internal_cidrs)
-        # the balancers whose connections start with a PROXY v2 header (None: no one's do)
-        self.proxy_sources = Classifier(cfg.listen.proxy_protocol_from) if cfg.listen.proxy_protocol_from else None
         self.pipes = PipePool()
         self.policy, self.policy_values = worker_policy(cfg, shared)
         self.cert_report = shared.cert_report_writer(slot)
@@ -133,6 +129,18 @@ class Worker:
         self.loop = asyncio.get_running_loop()
         self.lingering = SocketLinger(self.loop)  # refused sockets: FIN, then the peer's last bytes, then close
         self.poll = PollSet(self.loop)  # the L4 path's sockets: backend connects and splice pipes
+        self.door = Door(
+            self.loop,
+            self.cfg,
+            self.counters,
+            self.backends,
+            self.conncap,
+            self.poll,
+            self.pipes,
+            self.lingering,
+            self.serve_external,
+            self.index,
+        )
         self.stopped = self.loop.create_future()
         self.l7 = WorkerL7Context(
             self.cfg, self.loop, self.counters, self.backends, self.policy, self.policy_values, self.index
@@ -221,10 +229,8 @@ class Worker:
             hold = self.open.hold()
             if listener is self.http_listener:
                 self.loop.create_task(self._serve_http(conn, addr, hold))
-            elif listener is self.internal_l4_listener:
-                self.loop.create_task(self._handle(conn, addr, hold, guaranteed_l4=True))
             else:
-                self.loop.create_task(self._handle(conn, addr, hold))
+                self.door.enter(conn, addr, hold, guaranteed_l4=listener is self.internal_l4_listener)
 
     def _accept_failed(self, listener: socket.socket, exc: OSError) -> None:
         """Out of descriptors or memory: the listener stays readable, so a level-triggered loop would spin on
@@ -245,89 +251,7 @@ class Worker:
 
         self.loop.call_later(0.1, resume)
 
-    # ---- one connection ------------------------------------------------------------------------------
-
-    async def _handle(self, conn: socket.socket, addr: tuple, hold: Hold, *, guaranteed_l4: bool = False) -> None:
-        """One connection on listen.https, or on listen.internal_l4 (``guaranteed_l4``): there every
-        connection is SNI-routed and piped raw, never decrypted, whatever its source; a source outside
-        network.internal_cidrs is refused before a byte is read unless internal_l4_any_source allows it.
-
-        From a balancer of listen.proxy_protocol_from the connection starts with a PROXY v2 header, read first
-        (within the same peek deadline as the ClientHello): from then on ``addr`` is the client it names, for
-        every decision below and in the bridge; a LOCAL header leaves the balancer's own address."""
-        handed_off = False
-        over_cap = False
-        try:
-            limits = self.cfg.limits
-            deadline = self.loop.time() + limits.peek_timeout_s
-            trusted = self.proxy_sources is not None and self.proxy_sources.contains(addr[0])
-            local: tuple | None = None  # where the client connected to, when a PROXY header said so
-            if trusted:
-                try:
-                    header = await read_proxy_header(self.loop, conn, deadline)
-                except PeekFailed as exc:
-                    self._peek_failed(exc)
-                    return
-                client = header.client()
-                if client is None:
-                    self.counters.inc("proxy_header_local")  # a health check: served as from the balancer
-                else:
-                    self.counters.inc("proxy_header_ok")
-                    addr, local = client, header.destination()
-            internal = self.classifier.is_internal(addr[0])
-            if guaranteed_l4 and not internal and not self.cfg.network.internal_l4_any_source:
-                self.counters.refused(refusals.INTERNAL_L4_SOURCE)
-                return
-            if limits.max_connections_per_ip:
-                ip = addr[0]
-                if self.conncap.acquire(ip, limits.max_connections_per_ip):
-                    hold.also(lambda: self.conncap.release(ip))  # given back with the hold: once
-                else:
-                    over_cap = True
-            try:
-                hello = await peek_client_hello(
-                    self.loop, conn, limits.peek_max_bytes, deadline - self.loop.time(), refuse_proxy=not trusted
-                )
-            except PeekFailed as exc:
-                self._peek_failed(exc)
-                return
-            self.counters.traffic(not internal)
-            if guaranteed_l4:
-                if over_cap:
-                    self.counters.refused(refusals.CONN_CAP_L4)
-                    refuse_hello(conn)
-                    return
-                self.counters.inc("connections_internal_l4")
-                handed_off = await self._serve_l4(conn, hello.sni, hold, addr, local)
-                return
-            if not internal:
-                if over_cap:
-                    self.counters.refused(refusals.CONN_CAP_L7)  # answered 503 + close once it speaks HTTP
-                handed_off = await self.serve_external(conn, addr, hold, over_cap)
-                return
-            if over_cap:
-                self.counters.refused(refusals.CONN_CAP_L4)
-                refuse_hello(conn)
-                return
-            self.counters.inc("connections_l4")
-            handed_off = await self._serve_l4(conn, hello.sni, hold, addr, local)
-        except Exception as exc:  # a bug must cost one connection, never the worker
-            # the type and where it was raised, not its text: an exception message may quote client bytes
-            tb = exc.__traceback__
-            while tb is not None and tb.tb_next is not None:
-                tb = tb.tb_next
-            where = f"{tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}" if tb is not None else ""
-            event("connection_error", "error", worker=self.index, error=type(exc).__name__, where=where)
-        finally:
-            if not handed_off:
-                self.lingering.close(conn)  # a reset could destroy the alert or FIN before the peer reads it
-                hold.release()  # with its cap place; a no-op when a half-done hand-off already released it
-
-    def _peek_failed(self, exc: PeekFailed) -> None:
-        if exc.refusal is not None:
-            self.counters.refused(exc.refusal)
-        else:
-            self.counters.inc(exc.reason)
+    # ---- one connection ----------------------------------------------------------------------------
 
     async def serve_external(self, conn: socket.socket, addr: tuple, hold: Hold, over_cap: bool = False) -> bool:
         """External: terminate PQ TLS (certificate per SNI, bootstrap when none) and bridge at L7. The peeked
@@ -408,62 +332,6 @@ class Worker:
             return session_tickets.TicketSealer(shared.ticket_keys())
         event("ticket_keys_per_worker", "warning", reason="the bundled OpenSSL's ticket-key hook is unreachable")
         return None
-
-    async def _serve_l4(
-        self, conn: socket.socket, sni: str | None, hold: Hold, client: tuple, local: tuple | None = None
-    ) -> bool:
-        """Pipe raw to the route's first answering instance. One whose ``proxy_protocol`` is "v2" first gets a
-        PROXY v2 header: ``client`` (the peer, or the client a trusted balancer named) to ``local`` (the
-        balancer's destination, else the address this connection reached)."""
-        if sni is None:
-            self.counters.inc("no_sni")
-            refuse_hello(conn)
-            return False
-        table = self.backends.table()
-        route = table.resolve(sni) if table is not None else None
-        if route is None:
-            self.counters.inc("unknown_sni")  # fail closed: never a default mapping
-            refuse_hello(conn)
-            return False
-        self.counters.l4_connection(route.sidx)
-        picked = await self.connect_backend(route.service, table)
-        if picked is None:
-            refuse_hello(conn)
-            return False
-        inst, backend = picked
-        preface = b""
-        if inst.proxy_protocol == "v2":
-            try:
-                local = local or conn.getsockname()[:2]
-            except OSError:  # the client is gone already
-                self.poll.drop(backend.fileno())  # connect left it in the set
-                backend.close()
-                return False
-            preface = proxy_protocol.encode_proxy(client[:2], local)
-        self.counters.add_gauge("l4_active", 1)
-        with contextlib.suppress(OSError):  # a client already gone: the pipe finds out on its own
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sidx = route.sidx
-        pipe = SplicePipe(self.poll, conn, backend, self.pipes, lambda pipe: self._pipe_closed(pipe, hold, sidx))
-        pipe.start(preface)
-        if preface and not pipe.closed:
-            self.counters.inc("proxy_header_sent")  # the backend took it whole (else the pipe aborted)
-        return True
-
-    def _pipe_closed(self, pipe: SplicePipe, hold: Hold, sidx: int) -> None:
-        self.counters.l4_closed(sidx, pipe.upstream.bytes, pipe.downstream.bytes)
-        self.counters.add_gauge("l4_active", -1)
-        hold.release()
-
-    # ---- backends ------------------------------------------------------------------------------------
-
-    async def connect_backend(self, service: str, table: RoutingTable) -> tuple[Instance, socket.socket] | None:
-        """Connect to the first candidate that answers; each failure marks a suspect for every worker."""
-        order = self.backends.candidates(service, table)
-        if not order:
-            self.counters.inc("no_backend")
-            return None
-        return await connect_first(self.poll, self.backends, order, self.cfg.upstream.connect_timeout_s)
 
 
 class _TrackedTLS(TLSServerProtocol):
