@@ -78,6 +78,12 @@ MODULES = (
     "workers.tls_transport",
     "workers.unread",
     "workers.upstream",
+    # every new connection: accept to hand-off, the ClientHello peek, the L4 backend connect and pipe
+    "workers.connect",
+    "workers.door",
+    "workers.l4_pipe",
+    "workers.peek",
+    "workers.poll_set",
 )
 ROOT = Path(__file__).resolve().parent.parent  # the tree the package runs from (an editable install: the repo)
 

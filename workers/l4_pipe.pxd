@@ -1,0 +1,40 @@
+# C layout of the L4 raw pipe (Cython pure-Python mode; l4_pipe.py stays the source): both directions and the
+# pipe hold each other typed, so every readiness event runs on struct members and C calls.
+from workers.poll_set cimport PollSet
+
+cdef class PipePool:
+    cdef public list _free
+    cdef public Py_ssize_t keep
+    cpdef tuple get(self)
+    cpdef put(self, tuple pair, bint empty)
+
+cdef class SplicePipe
+
+cdef class _Direction:
+    cdef public SplicePipe owner
+    cdef public object src, dst, pipe
+    cdef public PipePool pool
+    cdef public int src_fd, dst_fd
+    cdef public Py_ssize_t pending, bytes
+    cdef public bint ended, reading, writing
+    cpdef start(self)
+    cpdef stop_reading(self)
+    cpdef on_readable(self)
+    cpdef flush(self)
+    cpdef _release_if_empty(self)
+    cpdef release(self)
+    cpdef on_writable(self)
+
+cdef class SplicePipe:
+    cdef public PollSet poll
+    cdef public object client, backend, on_close
+    cdef public PipePool pipes
+    cdef public bint closed
+    cdef public _Direction upstream, downstream
+    cdef public int _client_fd, _backend_fd
+    cpdef start(self, bytes preface=*)
+    cpdef rewatch(self, int fd)
+    cpdef _events(self, long events, _Direction reader, _Direction writer)
+    cpdef direction_done(self, _Direction d)
+    cpdef abort(self)
+    cpdef _close(self)
