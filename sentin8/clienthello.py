@@ -24,7 +24,6 @@ connection (OpenSSL at L7, the backend at L4) answers them as it would without a
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 RECORD_HEADER = 5
@@ -240,21 +239,31 @@ def _server_name(data: bytes) -> str:
     return _hostname(data[start:pos])
 
 
-_LABELS = re.compile(r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*")
+_HOST_BYTES = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-."
 
 
 def _hostname(raw: bytes) -> str:
     # Over 255 bytes or with a NUL the reference answers unrecognized_name; it serves any other bytes (it has
     # no names to choose between). A router does: a name that cannot be a DNS hostname gets the same alert.
+    # Checked with bytes methods, not a regular expression: this runs for every connection.
     if len(raw) > MAX_HOST_NAME or b"\x00" in raw:
         raise ClientHelloError("server name too long or with a NUL", ALERT_UNRECOGNIZED_NAME)
-    try:
-        name = raw.decode("ascii").lower().removesuffix(".")
-    except UnicodeDecodeError:
-        raise ClientHelloError("server name is not ASCII", ALERT_UNRECOGNIZED_NAME) from None
-    if len(name) > 253 or not _LABELS.fullmatch(name):
+    if not raw.isascii():
+        raise ClientHelloError("server name is not ASCII", ALERT_UNRECOGNIZED_NAME)
+    if raw.endswith(b"."):
+        raw = raw[:-1]
+    # labels of 1 to 63 letters, digits, "_" or "-", joined by single dots
+    if (
+        not raw
+        or len(raw) > 253
+        or raw.translate(None, _HOST_BYTES)
+        or raw.startswith(b".")
+        or raw.endswith(b".")
+        or b".." in raw
+        or (len(raw) > 63 and max(map(len, raw.split(b"."))) > 63)
+    ):
         raise ClientHelloError("server name is not a DNS hostname", ALERT_UNRECOGNIZED_NAME)
-    return name
+    return raw.decode("ascii").lower()
 
 
 def _alpn(data: bytes) -> tuple[str, ...]:

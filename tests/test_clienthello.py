@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -64,6 +66,38 @@ def test_no_sni():
 
 def test_sni_is_normalised():
     assert clienthello.parse(classical_hello("Shop.Example.COM")).sni == "shop.example.com"
+
+
+# What a routable server name is, said once as a regular expression: labels of 1-63 letters, digits, "_" or
+# "-" joined by single dots, one trailing dot allowed, at most 253 characters (the parser checks it with bytes
+# methods: it runs for every connection).
+_HOSTNAME = re.compile(rb"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*")
+
+
+def _hostname_by_the_definition(raw: bytes) -> str | None:
+    if len(raw) > 255 or b"\x00" in raw or not raw.isascii():
+        return None
+    name = raw.lower().removesuffix(b".")
+    return name.decode() if len(name) <= 253 and _HOSTNAME.fullmatch(name) else None
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    st.one_of(
+        st.binary(max_size=300),
+        st.lists(st.sampled_from([b"a", b"Z", b"9", b"_", b"-", b".", b"\xe9", b" ", b"a" * 63]), max_size=12).map(
+            b"".join
+        ),
+        st.lists(st.integers(0, 70).map(lambda n: b"x" * n), min_size=1, max_size=6).map(b".".join),
+    )
+)
+def test_a_server_name_is_served_exactly_when_it_is_a_dns_hostname(raw):
+    try:
+        got = clienthello._hostname(raw)
+    except ClientHelloError as exc:
+        assert exc.alert == clienthello.ALERT_UNRECOGNIZED_NAME
+        got = None
+    assert got == _hostname_by_the_definition(raw)
 
 
 @pytest.mark.parametrize(

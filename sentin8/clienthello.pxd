@@ -1,0 +1,21 @@
+# C types for the ClientHello parser (Cython pure-Python mode; clienthello.py stays the source): it runs for
+# every new connection, so its offsets are C integers and its byte reads C loads, not Python ints.
+cimport cython
+
+cpdef Py_ssize_t _min_wire(Py_ssize_t body_len)
+
+@cython.locals(n=Py_ssize_t, pos=Py_ssize_t, empty=Py_ssize_t, ctype=int, length=Py_ssize_t, end=Py_ssize_t,
+               body_len=Py_ssize_t, msg=bytes)
+cpdef parse(bytes buf, Py_ssize_t limit=*)
+
+@cython.locals(start=Py_ssize_t, end=Py_ssize_t)
+cpdef tuple _vec(bytes buf, Py_ssize_t pos, int width, Py_ssize_t limit)
+
+@cython.locals(n=Py_ssize_t, start=Py_ssize_t, end=Py_ssize_t, pos=Py_ssize_t, ext_end=Py_ssize_t,
+               sni_at=Py_ssize_t, sni_end=Py_ssize_t, alpn_at=Py_ssize_t, alpn_end=Py_ssize_t, etype=int)
+cpdef _parse_body(bytes body, Py_ssize_t size)
+
+@cython.locals(pos=Py_ssize_t, end=Py_ssize_t, start=Py_ssize_t)
+cpdef str _server_name(bytes data)
+
+cpdef str _hostname(bytes raw)
