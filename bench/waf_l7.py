@@ -1,6 +1,6 @@
 """L7 keep-alive with the WAF on: sentin8 beside nginx running the same engine and the same rules.
 
-    sudo .venv/bin/python -m bench.waf_l7 [--duration 5] [--repeat 3] [--paranoia 1] [--conns 64]
+    sudo .venv/bin/python -m bench.waf_l7 [--duration 5] [--repeat 3] [--paranoia 1] [--conns 64] [--perf PREFIX]
 
 Both peers terminate PQ TLS (X25519MLKEM768, ML-DSA-65) with 2 workers pinned to CPUs 0 and 1, in front of the
 same backend nginx (a fixed 63-byte body), and inspect every request with **ModSecurity v3 and the OWASP CRS
@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bench import certs, loadtools, procs, stack, toolchain
@@ -126,6 +129,14 @@ def h2load(tc: toolchain.Toolchain, port: int, a: argparse.Namespace, body: Path
     return loadtools._h2load_rate(res)
 
 
+def _perf_record(out: str, pid: int) -> subprocess.Popen:
+    """``perf record -g`` (cpu-clock, 999 Hz) on one worker until SIGINT: where the WAF's CPU goes."""
+    argv = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-g", "-o", out, "-p", str(pid)]
+    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
+    time.sleep(0.3)  # attached before the load starts
+    return proc
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=5)
@@ -134,6 +145,7 @@ def main() -> int:
     ap.add_argument("--conns", type=int, default=64)
     ap.add_argument("--posts", type=int, default=200, help="16 KiB form POSTs per peer and repeat")
     ap.add_argument("--force-chroot", action="store_true")
+    ap.add_argument("--perf", default="", help="perf record -g one worker of each WAF peer in the first GET run")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sentin8-waf-l7-"))
     tc = toolchain.ensure(work, log=sys.stderr, force_chroot=a.force_chroot)
@@ -157,9 +169,15 @@ def main() -> int:
             for load, body in loads.items():
                 for peer in order:
                     pids = peer.pids()
+                    rec = None
+                    if a.perf and rep == 0 and body is None and peer.name.endswith("-waf"):
+                        rec = _perf_record(f"{a.perf}-{peer.name}.data", peer.worker_pids()[0])
                     c0 = procs.cpu_seconds(pids)
                     s = h2load(tc, peer.l7_port, a, body)
                     cpu = procs.cpu_seconds(pids) - c0
+                    if rec is not None:
+                        rec.send_signal(signal.SIGINT)
+                        rec.wait(60)
                     if s.value is None or s.errors:
                         print(f"bench: {peer.name} {load}: {s.error or ''} errors={s.errors}", file=sys.stderr)
                     if s.value is not None and s.count:
