@@ -59,7 +59,7 @@ def _bulk(sock: socket.socket, hello_len: int) -> None:
         threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
 
-def _first_byte(sock: socket.socket, hello_len: int) -> None:
+def first_byte(sock: socket.socket, hello_len: int) -> None:
     import uvloop
 
     class Reply(asyncio.Protocol):
@@ -172,7 +172,7 @@ def start(name: str, cpu: int, hello_len: int = 0, cert: str | None = None, key:
     if name == "bulk":
         args: tuple = (_bulk, sock, hello_len)
     elif name == "first_byte":
-        args = (_first_byte, sock, hello_len)
+        args = (first_byte, sock, hello_len)
     elif name == "sink":
         count = ctx.Value("q", 0)
         args = (_sink, sock, hello_len, count)

@@ -1,0 +1,178 @@
+"""The proxy's own cost of one new L4 connection, in process: accept, peek, route, connect, pipe, close.
+
+    .venv/bin/python -m bench.profile.l4 [--connections 3000] [--rounds 5]
+    valgrind --tool=callgrind --trace-children=no --callgrind-out-file=F .venv/bin/python -m bench.profile.l4 \\
+        --connections N --rounds 1          # N = 1000 and 3000: the difference / 2000 is per connection
+
+The worker's own ``Door`` (``workers/door.py``) over the worker's backend selection on a fresh ``SharedState``
+(the routing snapshot published in it), its ``PollSet``, pipe pool and lingering close, behind a listener with
+TCP_DEFER_ACCEPT on loopback (an internal source: the L4 path). The accept loop is the worker's minus its
+error handling. The backend and the client are processes of their own (exec'd: ``valgrind --trace-children=no``
+leaves them native), so this process's CPU time is the proxy's alone: the backend answers each connection's
+ClientHello with one byte (the bench's ``first_byte``), the client connects, sends a real PQ ClientHello,
+reads that byte and closes, one connection at a time (the bench's "L4 new conns" row runs 64 at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import uvloop
+
+import sentin8
+from bench import backends
+from sentin8 import routing
+from sentin8.config import Config
+from sentin8.holds import OpenConnections
+from sentin8.routing import Instance, Route
+from sentin8.shm.state import SharedState
+from workers.door import Door
+from workers.l4_pipe import PipePool
+from workers.listener import bind_reuseport
+from workers.poll_set import PollSet
+from workers.socket_linger import SocketLinger
+from workers.worker import worker_backends
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = "rate.bench.test"
+ACCEPT_BATCH = 64
+
+
+class Proxy:
+    def __init__(self, backend_port: int) -> None:
+        self.loop = loop = uvloop.new_event_loop()
+        asyncio.set_event_loop(loop)
+        cfg = Config()
+        shared = SharedState(cfg, 1)
+        instances = [Instance(id="rate-0", service="rate", host="127.0.0.1", port=backend_port)]
+        table = routing.build([Route(hostname=HOST, service="rate")], instances, built_at=time.time())
+        table.with_service_ids(shared.service_names().assign)
+        shared.snapshot_writer().publish(routing.encode(table))
+        self.counters = counters = shared.worker_counters(0)
+        counters.claim(0)
+        self.open = OpenConnections(counters, lambda: None)
+        self.door = Door(
+            loop,
+            cfg,
+            counters,
+            worker_backends(cfg, shared, counters),
+            shared.connection_counts(0),
+            PollSet(loop),
+            PipePool(),
+            SocketLinger(loop),
+            self._not_l4,
+            0,
+        )
+        self.listener = bind_reuseport("127.0.0.1:0", "listen.https", defer_accept_s=1)
+        self.port = self.listener.getsockname()[1]
+        loop.add_reader(self.listener.fileno(), self._on_accept)
+
+    async def _not_l4(self, *args: object) -> bool:
+        raise AssertionError("an L4 profile took the L7 path: is 127.0.0.1 outside network.internal_cidrs?")
+
+    def _on_accept(self) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, addr = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            conn.setblocking(False)
+            self.counters.inc("accepted")
+            self.door.enter(conn, addr, self.open.hold())
+
+    def measure(self, control: socket.socket) -> list[tuple[float, float]]:
+        """CPU times at each of the client's round markers, until it says ``q``."""
+        marks: list[tuple[float, float]] = []
+        done = self.loop.create_future()
+
+        def on_mark() -> None:
+            for b in control.recv(64):
+                if b == ord("q"):
+                    done.set_result(None)
+                else:
+                    r = resource.getrusage(resource.RUSAGE_SELF)
+                    marks.append((r.ru_utime, r.ru_stime))
+
+        self.loop.add_reader(control.fileno(), on_mark)
+        self.loop.run_until_complete(done)
+        return marks
+
+
+def _hello() -> bytes:
+    from tests.hellos import pq_hello  # real ClientHello bytes from a real PQ TLS stack
+
+    return pq_hello(HOST)
+
+
+def run_client(port: int, control: socket.socket, connections: int, rounds: int) -> None:
+    hello = _hello()
+
+    def one() -> None:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(hello)
+            if s.recv(1) != b"x":
+                raise AssertionError("no first byte from the backend through the proxy")
+
+    for _ in range(500):  # warm-up: caches, the allocator, the pipe pool
+        one()
+    for _ in range(rounds):
+        control.sendall(b"s")
+        for _ in range(connections):
+            one()
+        control.sendall(b"e")
+    control.sendall(b"q")
+
+
+def child(role: str, fd: int, *args: object) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "bench.profile.l4", "--role", role, "--fd", str(fd), *map(str, args)]
+    return subprocess.Popen(argv, pass_fds=[fd], env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--connections", type=int, default=3000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--role", default="proxy", help=argparse.SUPPRESS)
+    ap.add_argument("--fd", type=int, default=-1, help=argparse.SUPPRESS)
+    ap.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.role == "backend":
+        backends.first_byte(socket.socket(fileno=a.fd), len(_hello()))
+        return 0
+    if a.role == "client":
+        run_client(int(a.rest[0]), socket.socket(fileno=a.fd), a.connections, a.rounds)
+        return 0
+    srv = socket.create_server(("127.0.0.1", 0), backlog=4096)
+    backend_proc = child("backend", srv.fileno())
+    proxy = Proxy(srv.getsockname()[1])
+    srv.close()
+    mine, theirs = socket.socketpair()
+    client_proc = child("client", theirs.fileno(), "--connections", a.connections, "--rounds", a.rounds, proxy.port)
+    theirs.close()
+    marks = proxy.measure(mine)
+    client_proc.wait()
+    backend_proc.kill()
+    backend_proc.wait()
+    spans = [(marks[i], marks[i + 1]) for i in range(0, len(marks), 2)]
+    per = [(b[0] + b[1] - a_[0] - a_[1]) / a.connections * 1e6 for a_, b in spans]
+    user = [(b[0] - a_[0]) / a.connections * 1e6 for a_, b in spans]
+    print(
+        f"{sentin8.BUILD:8} L4 new connection: proxy CPU per connection median {statistics.median(per):.1f} µs "
+        f"(best {min(per):.1f}), of it user {statistics.median(user):.1f} µs (best {min(user):.1f}); "
+        f"{a.rounds} x {a.connections}",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
