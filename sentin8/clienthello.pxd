@@ -2,6 +2,11 @@
 # every new connection, so its offsets are C integers and its byte reads C loads, not Python ints.
 cimport cython
 
+cdef class ClientHello:
+    cdef readonly object sni
+    cdef readonly tuple alpn
+    cdef readonly Py_ssize_t size
+
 cpdef Py_ssize_t _min_wire(Py_ssize_t body_len)
 
 @cython.locals(n=Py_ssize_t, pos=Py_ssize_t, empty=Py_ssize_t, ctype=int, length=Py_ssize_t, end=Py_ssize_t,

@@ -85,11 +85,27 @@ class Incomplete:
     missing: int  # at least this many more bytes are needed
 
 
-@dataclass(frozen=True, slots=True)
 class ClientHello:
-    sni: str | None  # lower case, no trailing dot; None when the client sent no server_name
-    alpn: tuple[str, ...]
-    size: int  # bytes of records that carried the handshake message
+    """What a router needs of a ClientHello. Made once per connection, so a plain class: compiled, a C struct
+    with read-only fields (``clienthello.pxd``); a frozen dataclass's generated ``__init__`` cost more than
+    the parse of a PQ hello's extensions."""
+
+    __slots__ = ("alpn", "size", "sni")
+
+    def __init__(self, sni: str | None, alpn: tuple[str, ...], size: int) -> None:
+        self.sni = sni  # lower case, no trailing dot; None when the client sent no server_name
+        self.alpn = alpn
+        self.size = size  # bytes of records that carried the handshake message
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ClientHello):
+            return NotImplemented
+        return (self.sni, self.alpn, self.size) == (other.sni, other.alpn, other.size)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ClientHello(sni={self.sni!r}, alpn={self.alpn!r}, size={self.size!r})"
 
 
 def _min_wire(body_len: int) -> int:
@@ -208,10 +224,14 @@ def _parse_body(body: bytes, size: int) -> ClientHello:
     sni_at = alpn_at = -1
     sni_end = alpn_end = 0
     while pos < ext_end:
-        if pos + 2 > ext_end:
+        # type (2) and length (2), then the data: _vec's framing written out, as it runs for each extension
+        start = pos + 4
+        if start > ext_end:
             raise _decode_error("field runs past the end of the ClientHello")
         etype = (body[pos] << 8) | body[pos + 1]
-        start, pos = _vec(body, pos + 2, 2, ext_end)
+        pos = start + ((body[pos + 2] << 8) | body[pos + 3])
+        if pos > ext_end:
+            raise _decode_error("field runs past the end of the ClientHello")
         if etype == EXT_SERVER_NAME:
             if sni_at >= 0:
                 raise ClientHelloError("duplicate server_name extension", ALERT_ILLEGAL_PARAMETER)
