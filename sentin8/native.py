@@ -84,6 +84,7 @@ MODULES = (
     "workers.l4_pipe",
     "workers.peek",
     "workers.poll_set",
+    "workers.timer_queue",
 )
 ROOT = Path(__file__).resolve().parent.parent  # the tree the package runs from (an editable install: the repo)
 

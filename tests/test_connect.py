@@ -156,3 +156,35 @@ def test_what_a_hold_also_holds_is_given_back_once_with_it():
     hold.release()
     hold.release()
     assert given_back == ["cap place"] and open_.count == 0 and reader.total()["gauge_underflow"] == 0
+
+
+def test_a_backend_that_never_answers_the_connect_times_out_on_its_deadline():
+    # a listener whose accept queue is full drops further SYNs: the connect neither succeeds nor fails
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    port = full.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        fillers.append(s)
+    loop = uvloop.new_event_loop()
+    poll = PollSet(loop)  # its timers hold the connect's deadline (one loop timer for all of them)
+
+    async def main() -> float:
+        t0 = loop.time()
+        with pytest.raises(TimeoutError):
+            await connect_tcp(poll, "127.0.0.1", port, 0.3)
+        return loop.time() - t0
+
+    try:
+        took = loop.run_until_complete(main())
+    finally:
+        poll.close()
+        loop.close()
+        for s in (*fillers, full):
+            s.close()
+    assert 0.3 - 0.01 <= took < 3.0
+    assert len(poll) == 0  # the socket left the set when it was given up

@@ -27,6 +27,7 @@ from sentin8.backends import Backends
 from sentin8.routing import Instance
 
 from .poll_set import ONESHOT, OUT, PollSet
+from .timer_queue import TimerEntry
 
 
 @functools.lru_cache(maxsize=4096)
@@ -41,9 +42,10 @@ def literal_family(host: str) -> int | None:
 
 class ConnectAttempt:
     """One non-blocking connect of a fresh socket to a resolved address, by ``deadline`` (loop time), without
-    a Task: one ONESHOT watch in the ``PollSet`` and one timer. ``on_done(sock, None)`` once connected
-    (TCP_NODELAY set, still in the set, disarmed), ``on_done(None, error)`` else (the socket dropped from the
-    set and closed). Exactly one call, never from ``start`` itself: a caller's state is settled by then."""
+    a Task: one ONESHOT watch in the ``PollSet`` and one deadline in its ``timers`` (which may run the timeout
+    up to ``timer_queue.BATCH`` late). ``on_done(sock, None)`` once connected (TCP_NODELAY set, still in the
+    set, disarmed), ``on_done(None, error)`` else (the socket dropped from the set and closed). Exactly one
+    call, never from ``start`` itself: a caller's state is settled by then."""
 
     __slots__ = ("addr", "deadline", "family", "on_done", "poll", "sock", "timer")
 
@@ -61,7 +63,7 @@ class ConnectAttempt:
         self.deadline = deadline
         self.on_done = on_done
         self.sock: socket.socket | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: TimerEntry | asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         loop = self.poll.loop
@@ -74,7 +76,7 @@ class ConnectAttempt:
         if err == 0 or err in (errno.EINPROGRESS, errno.EAGAIN):
             # even an instant connect waits for its writable event: on_done never runs inside start
             self.poll.watch(sock.fileno(), OUT | ONESHOT, self._writable)
-            self.timer = loop.call_at(self.deadline, self._expired)
+            self.timer = self.poll.timers.at(self.deadline, self._expired)
         else:
             loop.call_soon(self._failed, OSError(err, os.strerror(err)))
 

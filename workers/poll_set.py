@@ -21,6 +21,8 @@ import asyncio
 import select
 from collections.abc import Callable
 
+from .timer_queue import TimerQueue
+
 IN = select.EPOLLIN
 OUT = select.EPOLLOUT
 ONESHOT = select.EPOLLONESHOT
@@ -31,10 +33,12 @@ _BATCH = 256  # events taken per wakeup; more stay readable and come at the next
 
 
 class PollSet:
-    """fd → (wanted events, handler): the handler gets the events that fired."""
+    """fd → (wanted events, handler): the handler gets the events that fired. ``timers``: the deadlines of the
+    waits in the set (a backend connect's timeout), on one loop timer."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        self.timers = TimerQueue(loop)
         self._epoll = select.epoll()
         self._watched: dict[int, Callable[[int], None]] = {}
         self._events: dict[int, int] = {}
@@ -81,6 +85,7 @@ class PollSet:
                 handler(events)
 
     def close(self) -> None:
+        self.timers.close()
         self.loop.remove_reader(self._epoll.fileno())
         self._watched.clear()
         self._events.clear()
