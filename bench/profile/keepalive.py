@@ -23,15 +23,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import resource
 import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import uvloop
 from cryptography.hazmat.primitives import serialization
@@ -39,6 +36,8 @@ from OpenSSL import SSL
 
 import sentin8
 from bench import pqtls
+from bench.profile.inproc import child as inproc_child
+from bench.profile.inproc import cpu_marks, per_unit
 from sentin8 import certpair, routing, tls
 from sentin8.config import Config, Limits, Upstream
 from sentin8.http.h2_engine import ClientConnection
@@ -50,7 +49,6 @@ from workers.l7_context import WorkerL7Context
 from workers.tls_layer import TLSServerProtocol
 from workers.worker import worker_backends, worker_policy
 
-ROOT = Path(__file__).resolve().parents[2]
 HOST = "bench.test"
 BODY = b"x" * 612  # nginx's default index page size
 RESPONSE = (
@@ -132,21 +130,8 @@ class Proxy:
         self.port = self.server.sockets[0].getsockname()[1]
 
     def measure(self, control: socket.socket) -> list[tuple[float, float]]:
-        """CPU times at each of the client's round markers (``s`` start, ``e`` end), until it says ``q``."""
-        marks: list[tuple[float, float]] = []
-        done = self.loop.create_future()
-
-        def on_mark() -> None:
-            for b in control.recv(64):
-                if b == ord("q"):
-                    done.set_result(None)
-                else:
-                    r = resource.getrusage(resource.RUSAGE_SELF)
-                    marks.append((r.ru_utime, r.ru_stime))
-
-        self.loop.add_reader(control.fileno(), on_mark)
-        self.loop.run_until_complete(done)
-        return marks
+        """CPU times at each of the client's round markers, until it says ``q``."""
+        return cpu_marks(self.loop, control)
 
 
 def _tcp(port: int) -> socket.socket:
@@ -266,10 +251,8 @@ def run_client(
 
 
 def child(role: str, fd: int, *args: object) -> subprocess.Popen:
-    """The backend or the client in a process of its own (exec'd, so ``valgrind --trace-children=no`` on the
-    proxy leaves them native)."""
-    argv = [sys.executable, "-m", "bench.profile.keepalive", "--role", role, "--fd", str(fd), *map(str, args)]
-    return subprocess.Popen(argv, pass_fds=[fd], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    """The backend or the client in a process of its own (``inproc.child``)."""
+    return inproc_child("bench.profile.keepalive", role, fd, *args)
 
 
 def main() -> int:
@@ -323,9 +306,7 @@ def main() -> int:
     client_proc.wait()
     backend_proc.kill()
     backend_proc.wait()
-    spans = [(marks[i], marks[i + 1]) for i in range(0, len(marks), 2)]
-    per = [(b[0] + b[1] - a_[0] - a_[1]) / a.requests * 1e6 for a_, b in spans]
-    user = [(b[0] - a_[0]) / a.requests * 1e6 for a_, b in spans]
+    per, user = per_unit(marks, a.requests)
     what = f"plain h2 -m{a.h2}" if a.h2 else "plain h1" if a.plain else "PQ TLS h1"
     unit = "keep-alive GET"
     if a.connections:

@@ -17,19 +17,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import resource
 import socket
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import uvloop
 
 import sentin8
 from bench import backends
+from bench.profile.inproc import child, cpu_marks, per_unit
 from sentin8 import routing
 from sentin8.config import Config
 from sentin8.holds import OpenConnections
@@ -42,7 +39,6 @@ from workers.poll_set import PollSet
 from workers.socket_linger import SocketLinger
 from workers.worker import worker_backends
 
-ROOT = Path(__file__).resolve().parents[2]
 HOST = "rate.bench.test"
 ACCEPT_BATCH = 64
 
@@ -91,20 +87,7 @@ class Proxy:
 
     def measure(self, control: socket.socket) -> list[tuple[float, float]]:
         """CPU times at each of the client's round markers, until it says ``q``."""
-        marks: list[tuple[float, float]] = []
-        done = self.loop.create_future()
-
-        def on_mark() -> None:
-            for b in control.recv(64):
-                if b == ord("q"):
-                    done.set_result(None)
-                else:
-                    r = resource.getrusage(resource.RUSAGE_SELF)
-                    marks.append((r.ru_utime, r.ru_stime))
-
-        self.loop.add_reader(control.fileno(), on_mark)
-        self.loop.run_until_complete(done)
-        return marks
+        return cpu_marks(self.loop, control)
 
 
 def _hello() -> bytes:
@@ -132,11 +115,6 @@ def run_client(port: int, control: socket.socket, connections: int, rounds: int)
     control.sendall(b"q")
 
 
-def child(role: str, fd: int, *args: object) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "bench.profile.l4", "--role", role, "--fd", str(fd), *map(str, args)]
-    return subprocess.Popen(argv, pass_fds=[fd], env={**os.environ, "PYTHONPATH": str(ROOT)})
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--connections", type=int, default=3000)
@@ -152,19 +130,19 @@ def main() -> int:
         run_client(int(a.rest[0]), socket.socket(fileno=a.fd), a.connections, a.rounds)
         return 0
     srv = socket.create_server(("127.0.0.1", 0), backlog=4096)
-    backend_proc = child("backend", srv.fileno())
+    backend_proc = child("bench.profile.l4", "backend", srv.fileno())
     proxy = Proxy(srv.getsockname()[1])
     srv.close()
     mine, theirs = socket.socketpair()
-    client_proc = child("client", theirs.fileno(), "--connections", a.connections, "--rounds", a.rounds, proxy.port)
+    client_proc = child(
+        "bench.profile.l4", "client", theirs.fileno(), "--connections", a.connections, "--rounds", a.rounds, proxy.port
+    )
     theirs.close()
     marks = proxy.measure(mine)
     client_proc.wait()
     backend_proc.kill()
     backend_proc.wait()
-    spans = [(marks[i], marks[i + 1]) for i in range(0, len(marks), 2)]
-    per = [(b[0] + b[1] - a_[0] - a_[1]) / a.connections * 1e6 for a_, b in spans]
-    user = [(b[0] - a_[0]) / a.connections * 1e6 for a_, b in spans]
+    per, user = per_unit(marks, a.connections)
     print(
         f"{sentin8.BUILD:8} L4 new connection: proxy CPU per connection median {statistics.median(per):.1f} µs "
         f"(best {min(per):.1f}), of it user {statistics.median(user):.1f} µs (best {min(user):.1f}); "
