@@ -57,6 +57,7 @@ class Door:
         lingering: SocketLinger,
         serve_external: ServeExternal,
         index: int,
+        classifier: Classifier,
     ) -> None:
         self.loop = loop
         self.cfg = cfg
@@ -69,7 +70,7 @@ class Door:
         self.lingering = lingering
         self.serve_external = serve_external
         self.index = index
-        self.classifier = Classifier(cfg.network.internal_cidrs)
+        self.classifier = classifier  # network.internal_cidrs: the worker's, which its :80 listener uses too
         # the balancers whose connections start with a PROXY v2 header (None: no one's do)
         self.proxy_sources = Classifier(cfg.listen.proxy_protocol_from) if cfg.listen.proxy_protocol_from else None
 

@@ -140,6 +140,7 @@ class Worker:
             self.lingering,
             self.serve_external,
             self.index,
+            self.classifier,
         )
         self.stopped = self.loop.create_future()
         self.l7 = WorkerL7Context(

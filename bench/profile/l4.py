@@ -30,6 +30,7 @@ from bench.profile.inproc import child, cpu_marks, per_unit
 from sentin8 import routing
 from sentin8.config import Config
 from sentin8.holds import OpenConnections
+from sentin8.netclass import Classifier
 from sentin8.routing import Instance, Route
 from sentin8.shm.state import SharedState
 from workers.door import Door
@@ -67,6 +68,7 @@ class Proxy:
             SocketLinger(loop),
             self._not_l4,
             0,
+            Classifier(cfg.network.internal_cidrs),
         )
         self.listener = bind_reuseport("127.0.0.1:0", "listen.https", defer_accept_s=1)
         self.port = self.listener.getsockname()[1]
