@@ -141,11 +141,13 @@ def main() -> None:
     l4_routes = {"rate": first_byte.port} if first_byte else {}
     routes = stack.Routes(l4_routes, http, backend.extra["tls"], http, http)  # no WebSocket here: any valid port
     peers: dict[str, stack.Peer] = {}
+    started: list[stack.Peer] = []  # everything to stop: sentin8's L4 and L7 fleets both, whichever is measured
     names = a.peers.split(",") if a.peers != "sentin8,nginx" or not a.l4 else ["sentin8", "haproxy"]
     try:
         for name in names:
             if name == "sentin8":
                 fleet = stack.start_sentin8(work, cert, routes)
+                started += [fleet, fleet.extra["l7"]]
                 peers[name] = fleet if a.l4 else fleet.extra["l7"]
             elif name == "nginx":
                 peers[name] = stack.start_nginx(tc, work, cert, routes, nofile)
@@ -175,7 +177,7 @@ def main() -> None:
                 continue
             print(f"| {k} | " + " | ".join(f"{v:,.0f}" if v >= 100 else f"{v:.3f}" for v in vals) + " |")
     finally:
-        for p in peers.values():
+        for p in [*started, *peers.values()]:
             with contextlib.suppress(Exception):
                 p.stop()
         with contextlib.suppress(Exception):
