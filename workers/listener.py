@@ -16,9 +16,9 @@ class Listener(socket.socket):
 
     __slots__ = ("_kind",)
 
-    def __init__(self, family: int, type: int = socket.SOCK_STREAM) -> None:
-        super().__init__(family, type)
-        self._kind = (int(family), int(type), self.proto)
+    def __init__(self, family: int = -1, type: int = -1, proto: int = -1, fileno: int | None = None) -> None:
+        super().__init__(family, type, proto, fileno)  # socket.socket's signature: dup() builds one this way
+        self._kind = (int(self.family), int(self.type), self.proto)
 
     def accept(self) -> tuple[socket.socket, object]:
         fd, addr = self._accept()
@@ -34,7 +34,7 @@ def bind_reuseport(
     ``reuseport=False``: one owner only (the management port, bound once by the supervisor)."""
     host, port = parse_hostport(address, key)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = Listener(family)
+    sock = Listener(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if reuseport:
