@@ -78,6 +78,9 @@ class CrsLayout:
     plugins_before: tuple[str, ...]
     rules: tuple[str, ...]  # REQUEST-*.conf, then the operator's RESPONSE-999 exclusions when present
     plugins_after: tuple[str, ...]
+    # REQUEST-901's defaults, for the set-up to give first (``init_defaults``); empty when something the operator
+    # controls runs between the set-up and 901 (a plugin's config or before-file, a REQUEST-900 file)
+    defaults: tuple[tuple[str, str], ...] = ()
 
 
 def _read(path: str) -> bytes | None:
@@ -148,7 +151,61 @@ def layout(rules_dir: str) -> CrsLayout:
     plugins = {kind: tuple(sorted(glob.glob(os.path.join(pdir, f"*-{kind}.conf")))) for kind in kinds}
     if version.major == 3 and any(plugins.values()):
         raise CrsError(f"{plugins_dir(rules_dir)} holds CRS plugins, which need CRS 4; these rules are CRS {version}")
-    return CrsLayout(version, plugins["config"], plugins["before"], tuple(rules), plugins["after"])
+    init = os.path.join(rules_dir, INIT_FILE)
+    between = plugins["config"] or plugins["before"] or any(os.path.basename(f) < INIT_FILE for f in rules)
+    defaults = () if between else init_defaults(_read(init) or b"")
+    return CrsLayout(version, plugins["config"], plugins["before"], tuple(rules), plugins["after"], defaults)
+
+
+_SET_IF_UNSET = re.compile(r'SecRule\s+&TX:(\w+)\s+"@eq 0"\s+"([^"]*)"', re.I)
+_CHAIN = re.compile(r'[",]\s*chain\s*[,"]')
+_DEFAULT_ACTIONS = frozenset({"id", "phase", "pass", "nolog", "tag", "ver", "t", "setvar"})
+
+
+def _directives(text: bytes) -> list[str]:
+    """The config's directives, continuation lines joined, comments and blank lines left out."""
+    joined = re.sub(rb"\\\r?\n", b" ", text).decode("utf-8", "replace")
+    return [line.strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _actions(text: str) -> list[tuple[str, str]] | None:
+    """A rule's action list as (name, argument) pairs, an argument's single quotes removed; None when the text
+    is not a plain comma-separated list (an unbalanced quote)."""
+    out: list[tuple[str, str]] = []
+    for part in re.findall(r"(?:[^,']|'[^']*')+", text):
+        name, _, arg = part.strip().partition(":")
+        if "'" in name or arg.count("'") % 2:
+            return None
+        out.append((name.lower(), arg.strip().strip("'")))
+    return out
+
+
+def init_defaults(init_text: bytes) -> tuple[tuple[str, str], ...]:
+    """(variable, ``setvar`` action) of each REQUEST-901 rule that gives one TX variable its default when nothing
+    set it before, in file order: ``SecRule &TX:x "@eq 0" "id:..,phase:1,pass,nolog,setvar:'tx.x=..'"``.
+
+    Why: such a rule *matches* on every request for which nothing set the variable, and a match is the costly
+    part of a rule in libmodsecurity 3 (its message built through a ``std::stringstream``, the matched variables
+    updated): ~15k instructions each, 16 of them per request with CRS 3.3.4. Given first by one ``SecAction`` of
+    the set-up, the same values make each of those rules a non-match. Only rules of exactly that shape are
+    taken (no other action, not chained); the set-up decides which of them it gives (``setup_directives``)."""
+    out: list[tuple[str, str]] = []
+    chain_next = False
+    for directive in _directives(init_text):
+        in_chain, chain_next = chain_next, _CHAIN.search(directive) is not None
+        found = _SET_IF_UNSET.fullmatch(directive)
+        actions = _actions(found.group(2)) if found is not None and not (in_chain or chain_next) else None
+        if found is None or actions is None:
+            continue
+        name = found.group(1).lower()
+        kinds = {kind for kind, _ in actions}
+        setvars = [arg for kind, arg in actions if kind == "setvar"]
+        if kinds - _DEFAULT_ACTIONS or "pass" not in kinds or ("phase", "1") not in actions or len(setvars) != 1:
+            continue
+        var, eq, _value = setvars[0].partition("=")
+        if eq and var.lower() == f"tx.{name}":
+            out.append((name, f"setvar:'{setvars[0]}'"))
+    return tuple(out)
 
 
 # CRS rule-id ranges -> attack family, for counters (one counter per family, not per rule). The ranges are the
@@ -188,10 +245,12 @@ def family(rule_id: int, families: tuple[tuple[int, int, str], ...] = FAMILIES) 
     return None
 
 
-def setup_directives(version: CrsVersion, paranoia: int, threshold: int) -> str:
-    """The crs-setup.conf equivalent for ``version``: default actions, paranoia, anomaly thresholds, setup version.
+def setup_directives(version: CrsVersion, paranoia: int, threshold: int, init: tuple[tuple[str, str], ...] = ()) -> str:
+    """The crs-setup.conf equivalent for ``version``: default actions, paranoia, anomaly thresholds, setup version;
+    then, in one ``SecAction``, the defaults REQUEST-901 would give (``init``, ``CrsLayout.defaults``): each one
+    for a variable not set above, whose value names (``%{tx.x}``) only variables set before it.
 
-    Ids 900000-900990 are the ones CRS's own crs-setup.conf.example uses for the same settings."""
+    Ids 900000-900990 are the ones CRS's own crs-setup.conf.example uses for the same settings; 900991 is ours."""
     defaults = 'SecDefaultAction "phase:1,log,auditlog,pass"\nSecDefaultAction "phase:2,log,auditlog,pass"\n'
     head = "phase:1,pass,t:none,nolog"
     tag = f"tag:'OWASP_CRS',ver:'OWASP_CRS/{version}'"
@@ -200,10 +259,21 @@ def setup_directives(version: CrsVersion, paranoia: int, threshold: int) -> str:
     else:
         # detection = blocking: every rule that runs may block (CRS's default; no log-only extra level)
         paranoia_vars = f"setvar:tx.blocking_paranoia_level={paranoia},setvar:tx.detection_paranoia_level={paranoia}"
-    return (
+    text = (
         defaults
         + f'SecAction "id:900000,{head},{tag},{paranoia_vars}"\n'
         + f'SecAction "id:900110,{head},{tag},setvar:tx.inbound_anomaly_score_threshold={threshold},'
         f'setvar:tx.outbound_anomaly_score_threshold={OUTBOUND_THRESHOLD}"\n'
         + f'SecAction "id:900990,{head},{tag},setvar:tx.crs_setup_version={version.setup_version}"\n'
     )
+    known = {name.lower() for name in re.findall(r"setvar:tx\.(\w+)=", text)}
+    given = []
+    for name, action in init:
+        refs = {ref.lower() for ref in re.findall(r"%\{(?:tx\.)?([^}]*)\}", action, re.I)}
+        if name in known or not refs <= known or re.search(r"%\{(?!tx\.)", action, re.I):
+            continue
+        given.append(action)
+        known.add(name)
+    if given:
+        text += f'SecAction "id:900991,{head},{tag},{",".join(given)}"\n'
+    return text

@@ -6,10 +6,12 @@ attack family. Run with ``-s`` for the table (the figures in docs/waf.md come fr
 from __future__ import annotations
 
 import collections
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
 
+from sentin8 import crs, waf
 from sentin8.waf import WafEngine, WafSettings
 from tests import waf_corpus
 from tests.crs_dirs import CRS_V3_RULES, CRS_V4_RULES, needs_v4
@@ -79,3 +81,18 @@ def test_each_release_detects_and_passes_above_its_floor(scores, release):
     detection, benign_pass = FLOORS[release]
     assert scores[release].detection() >= detection
     assert scores[release].benign_pass() >= benign_pass
+
+
+@pytest.mark.parametrize("rules", [CRS_V3_RULES, CRS_V4_RULES], ids=["3.3", "4"])
+def test_the_defaults_the_setup_gives_for_901_change_no_verdict(rules, monkeypatch):
+    """The set-up gives REQUEST-901's defaults itself, so that 901's set-if-unset rules do not match (a match is
+    costly in the engine): every case of the corpus gets the same verdict, rule ids and status as with 901
+    giving them."""
+    cases = [c.waf_request() for c in waf_corpus.attacks() + waf_corpus.benign()]
+    given = WafEngine(WafSettings(crs_dir=str(rules)))
+    assert len(crs.layout(str(rules)).defaults) >= 15
+    monkeypatch.setattr(waf, "layout", lambda d: dataclasses.replace(crs.layout(d), defaults=()))
+    by_901 = WafEngine(WafSettings(crs_dir=str(rules)))
+    for req in cases:
+        a, b = given.inspect(req), by_901.inspect(req)
+        assert (a.blocked, a.rule_ids, a.status) == (b.blocked, b.rule_ids, b.status), req

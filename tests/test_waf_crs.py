@@ -5,6 +5,7 @@ to load. Real CRS releases (``tests/crs_dirs.py``), real engine; CRS directories
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sentin8.config import Policy
-from sentin8.crs import CrsError, CrsVersion, detect_version, layout, setup_directives
+from sentin8.crs import CrsError, CrsVersion, detect_version, init_defaults, layout, setup_directives
 from sentin8.waf import WafEngine, WafRequest, WafSettings, check_policy
 from tests.crs_dirs import CRS_V3_RULES, CRS_V4_ROOT, CRS_V4_RULES, REPO, crs_copy, needs_v4
 from tests.peers import free_port, one_web_service
@@ -110,6 +111,77 @@ def test_the_setup_uses_each_release_own_variable_names():
     assert "setvar:tx.blocking_paranoia_level=2" in v4 and "setvar:tx.detection_paranoia_level=2" in v4
     assert "tx.crs_setup_version=4280" in v4 and "tx.paranoia_level" not in v4.replace("_paranoia_level", "")
     assert "tx.inbound_anomaly_score_threshold=7" in v4 and "tx.outbound_anomaly_score_threshold=4" in v4
+
+
+# ---- REQUEST-901's defaults, given by the set-up -----------------------------------------------------------
+
+
+def test_only_901s_plain_set_if_unset_rules_are_taken_as_defaults():
+    text = b"""
+# a comment: SecRule &TX:commented "@eq 0" "id:1,phase:1,pass,nolog,setvar:'tx.commented=1'"
+SecRule &TX:plain "@eq 0" \\
+    "id:901100,\\
+    phase:1,\\
+    pass,\\
+    nolog,\\
+    tag:'OWASP_CRS',\\
+    ver:'OWASP_CRS/4.28.0',\\
+    setvar:'tx.plain=GET HEAD, POST'"
+SecRule &TX:refusing "@eq 0" "id:901001,phase:1,deny,status:500,log,msg:'no set-up'"
+SecRule &TX:late "@eq 0" "id:901102,phase:2,pass,nolog,setvar:'tx.late=1'"
+SecRule &TX:other "@eq 0" "id:901103,phase:1,pass,nolog,setvar:'tx.not_other=1'"
+SecRule &TX:two "@eq 0" "id:901104,phase:1,pass,nolog,setvar:'tx.two=1',setvar:'tx.also=1'"
+SecRule &TX:head "@eq 0" "id:901105,phase:1,pass,nolog,chain"
+    SecRule &TX:chained "@eq 0" "setvar:'tx.chained=1'"
+SecRule &TX:blocks "@eq 0" "id:901106,phase:1,pass,nolog,ctl:ruleEngine=Off,setvar:'tx.blocks=1'"
+SecRule &TX:macro "@eq 0" "id:901107,phase:1,pass,nolog,setvar:'tx.macro=%{tx.plain}'"
+"""
+    assert init_defaults(text) == (
+        ("plain", "setvar:'tx.plain=GET HEAD, POST'"),
+        ("macro", "setvar:'tx.macro=%{tx.plain}'"),
+    )
+
+
+def test_the_setup_gives_a_default_only_for_an_unset_variable_and_known_references():
+    init = (
+        ("paranoia_level", "setvar:'tx.paranoia_level=1'"),  # the set-up's own: its value stays
+        ("executing_paranoia_level", "setvar:'tx.executing_paranoia_level=%{TX.PARANOIA_LEVEL}'"),
+        ("later", "setvar:'tx.later=%{tx.not_set_before}'"),  # 901 may set it by another rule first
+        ("remote", "setvar:'tx.remote=%{REMOTE_ADDR}'"),
+        ("allowed_methods", "setvar:'tx.allowed_methods=GET HEAD POST OPTIONS'"),
+        ("copy", "setvar:'tx.copy=%{tx.allowed_methods}'"),
+    )
+    text = setup_directives(CrsVersion(3, 3, 4), 2, 7, init)
+    given = text.splitlines()[-1]
+    assert given.startswith('SecAction "id:900991,phase:1,pass,t:none,nolog,')
+    assert "tx.paranoia_level=1" not in text and "setvar:tx.paranoia_level=2" in text
+    assert "executing_paranoia_level" in given and "allowed_methods=GET" in given and "tx.copy=" in given
+    assert "tx.later" not in given and "tx.remote" not in given
+    assert "900991" not in setup_directives(CrsVersion(3, 3, 4), 2, 7, init[:1])
+
+
+@pytest.mark.parametrize("source", [CRS_V3_RULES, pytest.param(CRS_V4_RULES, marks=needs_v4)], ids=["crs3", "crs4"])
+def test_the_defaults_are_given_only_when_nothing_of_the_operators_runs_before_901(tmp_path, source):
+    names = {name for name, _ in layout(str(source)).defaults}
+    assert {"allowed_methods", "allowed_http_versions", "critical_anomaly_score"} <= names
+    assert "crs_setup_version" not in names  # v4's is a refusal, v3's comes from the set-up
+    rules = crs_copy(tmp_path / "crs", source)
+    (rules / "REQUEST-900-EXCLUSION-RULES-BEFORE-CRS.conf").write_text(
+        'SecRule REQUEST_HEADERS:Host "@streq shop.test" "id:1000,phase:1,pass,nolog,setvar:tx.allowed_methods=GET"\n'
+    )
+    crs = layout(str(rules))
+    assert crs.defaults == () and crs.rules[0].endswith("REQUEST-900-EXCLUSION-RULES-BEFORE-CRS.conf")
+    # the operator's own value holds: 901 gives the default only to a request it did not set it for
+    engine = WafEngine(WafSettings(crs_dir=str(rules)))
+    head = [(b"Host", b"shop.test"), (b"Content-Length", b"0")]
+    post = WafRequest(b"POST", b"/", "1.1", head, "shop.test", "198.51.100.7")
+    assert engine.inspect(post).blocked and not engine.inspect(_get()).blocked
+
+
+@needs_v4
+def test_a_plugin_before_901_keeps_the_defaults_with_901(tmp_path):
+    rules = _with_probe_plugin(tmp_path / "crs", CRS_V4_RULES)
+    assert layout(str(rules)).defaults == ()  # its before-file may test a variable 901 has not set yet
 
 
 PROBE_CONFIG = 'SecAction "id:9500010,phase:1,pass,nolog,setvar:tx.probe_plugin_enabled=1"\n'
@@ -259,8 +331,12 @@ def test_a_long_token_is_not_refused(source, where):
     """Eight 932 rules of CRS 4.28 (932150 of 3.3.4) hit the match limit on 1,000 alphanumerics, in phase 2:
     200005 must not see those, or every long session token, JWT or API key would be refused."""
     token = b"eyJ" + b"x7Kq9ZpR2m" * 400  # 4 KiB, no separators
-    form = [(b"Host", b"shop.test"), (b"User-Agent", b"Mozilla/5.0"),
-            (b"Content-Type", b"application/x-www-form-urlencoded"), (b"Content-Length", b"%d" % (len(token) + 6))]
+    form = [
+        (b"Host", b"shop.test"),
+        (b"User-Agent", b"Mozilla/5.0"),
+        (b"Content-Type", b"application/x-www-form-urlencoded"),
+        (b"Content-Length", b"%d" % (len(token) + 6)),
+    ]
     r = {
         "query": _get(b"/?token=" + token),
         "cookie": _get(headers=[(b"Cookie", b"session=" + token)]),
@@ -268,3 +344,17 @@ def test_a_long_token_is_not_refused(source, where):
     }[where]  # fmt: skip
     verdict = WafEngine(WafSettings(crs_dir=str(source))).inspect(r)
     assert not verdict.blocked, verdict
+
+
+def test_the_engine_transaction_is_named_by_the_request_correlation_id(tmp_path):
+    """``WafRequest.tx_id`` (the correlation id) is the engine's UNIQUE_ID; without one, a counter of the engine."""
+    rules = crs_copy(tmp_path / "crs", CRS_V3_RULES)
+    (rules / "RESPONSE-999-EXCLUSION-RULES-AFTER-CRS.conf").write_text(
+        'SecRule UNIQUE_ID "@streq proxy-42" "id:1001,phase:1,pass,log"\n'
+        'SecRule UNIQUE_ID "@rx ^[0-9a-f]+$" "id:1002,phase:1,pass,log"\n'
+    )
+    engine = WafEngine(WafSettings(crs_dir=str(rules)))
+    named = dataclasses.replace(_get(), tx_id=b"proxy-42")
+    assert {1001} <= set(engine.inspect(named).rule_ids) and 1002 not in engine.inspect(named).rule_ids
+    ids = engine.inspect(_get()).rule_ids
+    assert 1002 in ids and 1001 not in ids

@@ -95,7 +95,7 @@ class WafWait:
         ex.inspecting()
         wreq = WafRequest(
             head.method, head.target, head.version, head.headers, ex.host, ex.client.facts.client_ip, body=body,
-            truncated=truncated,
+            truncated=truncated, tx_id=ex.corr,
         )  # fmt: skip
         self.gate.inspect(engine, wreq, len(head.target) + req.budget.size + len(body), self._done)
 
