@@ -169,3 +169,36 @@ def test_a_bug_in_one_pipe_costs_that_connection_only(listener):
         pool.close()
 
     _run(main)
+
+
+def test_a_finished_pipe_leaves_the_set_with_its_close_and_its_numbers_serve_new_pipes(listener):
+    """The end of a pipe makes no DEL for the sockets it closes (their close takes them out of the kernel's
+    set): the same numbers, reused at once, are watched afresh and carry bytes both ways."""
+
+    async def one_pipe(loop, poll: PollSet, pool: PipePool) -> tuple[int, int]:
+        client_app, client_side = _pair(listener)
+        backend_side, backend_app = _pair(listener)
+        fds = (client_side.fileno(), backend_side.fileno())
+        closed = loop.create_future()
+        SplicePipe(poll, client_side, backend_side, pool, closed.set_result).start()
+        await loop.sock_sendall(client_app, b"hello")
+        assert await loop.sock_recv(backend_app, 5) == b"hello"
+        await loop.sock_sendall(backend_app, b"world")
+        assert await loop.sock_recv(client_app, 5) == b"world"
+        client_app.shutdown(socket.SHUT_WR)  # the EOF passed on: the backend reads its end
+        assert await loop.sock_recv(backend_app, 5) == b""
+        backend_app.close()
+        await asyncio.wait_for(closed, 5)
+        assert len(poll) == 0
+        client_app.close()
+        return fds
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        poll, pool = PollSet(loop), PipePool()
+        first = await one_pipe(loop, poll, pool)
+        second = await one_pipe(loop, poll, pool)
+        assert set(first) & set(second), "the kernel gave the second pipe other numbers: nothing was reused"
+        poll.close()
+        pool.close()
+
+    _run(main)

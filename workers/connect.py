@@ -26,7 +26,7 @@ from collections.abc import Callable
 from sentin8.backends import Backends
 from sentin8.routing import Instance
 
-from .poll_set import ONESHOT, OUT, PollSet
+from .poll_set import ERR, HUP, ONESHOT, OUT, PollSet
 from .timer_queue import TimerEntry
 
 
@@ -86,7 +86,8 @@ class ConnectAttempt:
         sock = self.sock
         assert sock is not None
         try:
-            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            # epoll flags a failed connect ERR (and HUP), a made one OUT alone: the error is read only then
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) if events & (ERR | HUP) else 0
             if err:
                 raise OSError(err, os.strerror(err))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -18,7 +18,6 @@ cdef class _Direction:
     cdef public Py_ssize_t pending, bytes
     cdef public bint ended, reading, writing
     cpdef start(self)
-    cpdef stop_reading(self)
     cpdef on_readable(self)
     cpdef flush(self)
     cpdef _release_if_empty(self)

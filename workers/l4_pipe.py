@@ -99,11 +99,6 @@ class _Direction:
         self.reading = True
         self.owner.rewatch(self.src_fd)
 
-    def stop_reading(self) -> None:
-        if self.reading:
-            self.reading = False
-            self.owner.rewatch(self.src_fd)
-
     def on_readable(self) -> None:
         pipe = self.pipe
         if pipe is None:
@@ -118,10 +113,12 @@ class _Direction:
             return
         if n == 0:
             self._release_if_empty()
-            self.stop_reading()
             self.ended = True
+            self.reading = False
             if self.pending == 0:
-                self.owner.direction_done(self)
+                self.owner.direction_done(self)  # the pipe closes, or its source is rewatched and the EOF passed on
+            else:
+                self.owner.rewatch(self.src_fd)
             return
         self.pending += n
         self.bytes += n
@@ -231,11 +228,14 @@ class SplicePipe:
             self.abort()
 
     def direction_done(self, d: _Direction) -> None:
+        """``d`` read its source's EOF and wrote all it read. Both directions done: the pipe closes, and their
+        sockets leave the set with the close, not one ``epoll_ctl`` each before it."""
         if self.closed:
             return
         if self.upstream.ended and self.downstream.ended and not self.upstream.pending and not self.downstream.pending:
             self._close()  # both sides said EOF: close() sends our FIN, a separate shutdown would be wasted
             return
+        self.rewatch(d.src_fd)  # reading no more: the source leaves the set unless the other direction writes to it
         try:
             d.dst.shutdown(socket.SHUT_WR)  # half-close: pass the EOF on, keep the other direction flowing
         except OSError:
@@ -252,8 +252,8 @@ class SplicePipe:
 
     def _close(self) -> None:
         self.closed = True
-        self.poll.drop(self._client_fd)
-        self.poll.drop(self._backend_fd)
+        self.poll.forget(self._client_fd)  # both closed below, by their only descriptors
+        self.poll.forget(self._backend_fd)
         for d in (self.upstream, self.downstream):
             d.release()
         self.client.close()

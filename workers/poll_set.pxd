@@ -8,3 +8,4 @@ cdef class PollSet:
     cdef public dict _watched, _events
     cpdef watch(self, int fd, long events, handler)
     cpdef drop(self, int fd)
+    cpdef forget(self, int fd)
