@@ -161,7 +161,7 @@ def test_the_setup_gives_a_default_only_for_an_unset_variable_and_known_referenc
 
 
 @pytest.mark.parametrize("source", [CRS_V3_RULES, pytest.param(CRS_V4_RULES, marks=needs_v4)], ids=["crs3", "crs4"])
-def test_the_defaults_are_given_only_when_nothing_of_the_operators_runs_before_901(tmp_path, source):
+def test_defaults_and_left_out_opt_ins_only_when_nothing_of_the_operators_runs_before_901(tmp_path, source):
     names = {name for name, _ in layout(str(source)).defaults}
     assert {"allowed_methods", "allowed_http_versions", "critical_anomaly_score"} <= names
     assert "crs_setup_version" not in names  # v4's is a refusal, v3's comes from the set-up
@@ -171,6 +171,10 @@ def test_the_defaults_are_given_only_when_nothing_of_the_operators_runs_before_9
     )
     crs = layout(str(rules))
     assert crs.defaults == () and crs.rules[0].endswith("REQUEST-900-EXCLUSION-RULES-BEFORE-CRS.conf")
+    if source == CRS_V3_RULES:  # the opt-in packages a REQUEST-900 file may switch on are loaded with it
+        opt_in = {"REQUEST-912-DOS-PROTECTION.conf", "REQUEST-903.9002-WORDPRESS-EXCLUSION-RULES.conf"}
+        assert opt_in <= {Path(p).name for p in crs.rules}
+        assert not opt_in & {Path(p).name for p in layout(str(source)).rules}
     # the operator's own value holds: 901 gives the default only to a request it did not set it for
     engine = WafEngine(WafSettings(crs_dir=str(rules)))
     head = [(b"Host", b"shop.test"), (b"Content-Length", b"0")]
