@@ -17,8 +17,8 @@ changed between the two releases in use, so the release is read from the rules f
   ``plugins/`` beside ``rules/`` and load as CRS documents: ``*-config.conf``, ``*-before.conf``, the rules,
   ``*-after.conf``.
 
-Both: when nothing of the operator's runs before REQUEST-901, the set-up gives 901's defaults itself
-(``init_defaults``), so that its set-if-unset rules do not match. A rule match is what costs in libmodsecurity 3;
+Both: when no rule file of the operator's is loaded, the set-up gives 901's defaults itself (``init_defaults``),
+so that its set-if-unset rules do not match. A rule match is what costs in libmodsecurity 3;
 the two economies cut a benign GET's inspection from 3.51M to 2.82M instructions (CRS 3.3.4, paranoia 1), and
 the corpus test replays every case through both rule sets for the same verdicts.
 
@@ -90,8 +90,8 @@ class CrsLayout:
     plugins_before: tuple[str, ...]
     rules: tuple[str, ...]  # REQUEST-*.conf, then the operator's RESPONSE-999 exclusions when present
     plugins_after: tuple[str, ...]
-    # REQUEST-901's defaults, for the set-up to give first (``init_defaults``); empty when something the operator
-    # controls runs between the set-up and 901 (a plugin's config or before-file, a REQUEST-900 file)
+    # REQUEST-901's defaults, for the set-up to give first (``init_defaults``); empty when the directory holds a
+    # rule file of the operator's (a plugin, REQUEST-900, RESPONSE-999)
     defaults: tuple[tuple[str, str], ...] = ()
 
 
@@ -166,9 +166,10 @@ def layout(rules_dir: str) -> CrsLayout:
     plugins = {kind: tuple(sorted(glob.glob(os.path.join(pdir, f"*-{kind}.conf")))) for kind in kinds}
     if version.major == 3 and any(plugins.values()):
         raise CrsError(f"{plugins_dir(rules_dir)} holds CRS plugins, which need CRS 4; these rules are CRS {version}")
-    init = os.path.join(rules_dir, INIT_FILE)
-    between = operator_first or plugins["config"] or plugins["before"]
-    defaults = () if between else init_defaults(_read(init) or b"")
+    # a file of the operator's may test or set 901's variables before it, or remove one of its rules (a
+    # configure-time SecRuleRemoveById reaches rules loaded before it): then 901 gives its defaults itself
+    operators = operator_first or any(plugins.values()) or os.path.isfile(after)
+    defaults = () if operators else init_defaults(_read(os.path.join(rules_dir, INIT_FILE)) or b"")
     return CrsLayout(version, plugins["config"], plugins["before"], tuple(rules), plugins["after"], defaults)
 
 

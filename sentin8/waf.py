@@ -19,6 +19,7 @@ inspected (the RESPONSE-* rules would need the response buffered).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import glob
 import itertools
 import os
@@ -194,6 +195,8 @@ def rule_parts(s: WafSettings, crs: CrsLayout, partial: bool) -> list[RulePart]:
     """The whole rule set in order: engine directives, the CRS set-up for its release, the per-host exclusions,
     then plugin config, plugins before, the CRS rules, plugins after (CRS v4's documented order)."""
     key = "waf_crs_dir"
+    if any(901000 <= r <= 901999 for ex in s.exclusions for r in ex.rule_ids):
+        crs = dataclasses.replace(crs, defaults=())  # an exclusion of a 901 rule: 901 gives its defaults itself
     parts = [
         RulePart("engine directives", "waf", text=_engine_directives(s, partial)),
         RulePart(

@@ -16,7 +16,7 @@ import pytest
 
 from sentin8.config import Policy
 from sentin8.crs import CrsError, CrsVersion, detect_version, init_defaults, layout, setup_directives
-from sentin8.waf import WafEngine, WafRequest, WafSettings, check_policy
+from sentin8.waf import WafEngine, WafExclusion, WafRequest, WafSettings, check_policy, rule_parts
 from tests.crs_dirs import CRS_V3_RULES, CRS_V4_ROOT, CRS_V4_RULES, REPO, crs_copy, needs_v4
 from tests.peers import free_port, one_web_service
 
@@ -186,6 +186,19 @@ def test_defaults_and_left_out_opt_ins_only_when_nothing_of_the_operators_runs_b
 def test_a_plugin_before_901_keeps_the_defaults_with_901(tmp_path):
     rules = _with_probe_plugin(tmp_path / "crs", CRS_V4_RULES)
     assert layout(str(rules)).defaults == ()  # its before-file may test a variable 901 has not set yet
+
+
+def test_a_901_rule_removed_by_the_operator_keeps_the_defaults_with_901(tmp_path):
+    """Removing 901160 leaves tx.allowed_methods unset, as CRS would: a RESPONSE-999 file (SecRuleRemoveById
+    reaches rules loaded before it) or a per-host exclusion naming a 901 rule."""
+    rules = crs_copy(tmp_path / "crs", CRS_V3_RULES)
+    (rules / "RESPONSE-999-EXCLUSION-RULES-AFTER-CRS.conf").write_text("SecRuleRemoveById 901160\n")
+    assert layout(str(rules)).defaults == ()
+    given = [p.text for p in rule_parts(WafSettings(), layout(str(CRS_V3_RULES)), partial=False) if p.text]
+    assert any("id:900991" in t for t in given)
+    excluded = WafSettings(exclusions=(WafExclusion("legacy.test", (901160,)),))
+    parts = rule_parts(excluded, layout(str(CRS_V3_RULES)), partial=False)
+    assert not any("id:900991" in p.text for p in parts)
 
 
 PROBE_CONFIG = 'SecAction "id:9500010,phase:1,pass,nolog,setvar:tx.probe_plugin_enabled=1"\n'
