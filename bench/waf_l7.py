@@ -199,6 +199,13 @@ def main() -> int:
             s8, ng = med.get(("sentin8-waf", load)), med.get(("nginx-waf", load))
             if s8 and ng:
                 print(f"WAF on, {load}: sentin8 / nginx = {s8[0] / ng[0]:.2f} (req/s), {s8[1] / ng[1]:.2f} (CPU/req)")
+            # the two peers of one repeat ran minutes apart at most, the repeats further: on a machine whose speed
+            # drifts, the ratio within each repeat is the steadier figure
+            ours, theirs = results.get(("sentin8-waf", load), []), results.get(("nginx-waf", load), [])
+            if len(ours) == len(theirs) == a.repeat:
+                rate = statistics.median(o[0] / t[0] for o, t in zip(ours, theirs, strict=True))
+                cpu = statistics.median(o[1] / t[1] for o, t in zip(ours, theirs, strict=True))
+                print(f"  within each repeat (median of {a.repeat}): {rate:.2f} (req/s), {cpu:.2f} (CPU/req)")
             off = med.get(("sentin8-nowaf", load))
             if s8 and off:
                 print(f"sentin8 WAF cost, {load}: {s8[1] - off[1]:.0f} CPU-µs/req")
