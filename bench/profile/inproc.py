@@ -11,6 +11,7 @@ import asyncio
 import os
 import resource
 import socket
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,14 @@ def per_unit(marks: list[tuple[float, float]], units: int) -> tuple[list[float],
     total = [(b[0] + b[1] - a[0] - a[1]) / units * 1e6 for a, b in spans]
     user = [(b[0] - a[0]) / units * 1e6 for a, b in spans]
     return total, user
+
+
+def report(build: str, what: str, unit: str, marks: list[tuple[float, float]], units: int, rounds: int) -> None:
+    """One line: the proxy's CPU per ``unit`` over the rounds (median and best), and its user part."""
+    per, user = per_unit(marks, units)
+    print(
+        f"{build:8} {what}: proxy CPU per {unit} median {statistics.median(per):.1f} µs "
+        f"(best {min(per):.1f}), of it user {statistics.median(user):.1f} µs (best {min(user):.1f}); "
+        f"{rounds} x {units}",
+        flush=True,
+    )

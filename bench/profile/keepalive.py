@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import socket
-import statistics
 import subprocess
 import sys
 import threading
@@ -37,7 +36,7 @@ from OpenSSL import SSL
 import sentin8
 from bench import pqtls
 from bench.profile.inproc import child as inproc_child
-from bench.profile.inproc import cpu_marks, per_unit
+from bench.profile.inproc import cpu_marks, report
 from sentin8 import certpair, routing, tls
 from sentin8.config import Config, Limits, Upstream
 from sentin8.http.h2_engine import ClientConnection
@@ -306,17 +305,11 @@ def main() -> int:
     client_proc.wait()
     backend_proc.kill()
     backend_proc.wait()
-    per, user = per_unit(marks, a.requests)
     what = f"plain h2 -m{a.h2}" if a.h2 else "plain h1" if a.plain else "PQ TLS h1"
     unit = "keep-alive GET"
     if a.connections:
         what, unit = f"PQ TLS h1, a {a.connections} handshake per GET", "connection"
-    print(
-        f"{sentin8.BUILD:8} {what}: proxy CPU per {unit} median {statistics.median(per):.1f} µs "
-        f"(best {min(per):.1f}), of it user {statistics.median(user):.1f} µs (best {min(user):.1f}); "
-        f"{a.rounds} x {a.requests}",
-        flush=True,
-    )
+    report(sentin8.BUILD, what, unit, marks, a.requests, a.rounds)
     return 0
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import socket
-import statistics
 import sys
 import time
 
@@ -26,7 +25,7 @@ import uvloop
 
 import sentin8
 from bench import backends
-from bench.profile.inproc import child, cpu_marks, per_unit
+from bench.profile.inproc import child, cpu_marks, report
 from sentin8 import routing
 from sentin8.config import Config
 from sentin8.holds import OpenConnections
@@ -144,13 +143,7 @@ def main() -> int:
     client_proc.wait()
     backend_proc.kill()
     backend_proc.wait()
-    per, user = per_unit(marks, a.connections)
-    print(
-        f"{sentin8.BUILD:8} L4 new connection: proxy CPU per connection median {statistics.median(per):.1f} µs "
-        f"(best {min(per):.1f}), of it user {statistics.median(user):.1f} µs (best {min(user):.1f}); "
-        f"{a.rounds} x {a.connections}",
-        flush=True,
-    )
+    report(sentin8.BUILD, "L4 new connection", "connection", marks, a.connections, a.rounds)
     return 0
 
 
