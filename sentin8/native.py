@@ -85,6 +85,11 @@ MODULES = (
     "workers.peek",
     "workers.poll_set",
     "workers.timer_queue",
+    # every new TLS connection: its certificate by SNI, the fleet's session tickets; the WAF's on/off per request
+    "sentin8.certstore",
+    "sentin8.session_tickets",
+    "sentin8.ticketkeys",
+    "workers.waf_gate",
 )
 ROOT = Path(__file__).resolve().parent.parent  # the tree the package runs from (an editable install: the repo)
 

@@ -33,6 +33,9 @@ _OSSL_PARAM_UTF8_STRING = 4
 _OSSL_PARAM_OCTET_STRING = 5
 _OSSL_PARAM_UNMODIFIED = (1 << 64) - 1  # (size_t)-1
 _IV_LEN = 16  # AES-CBC
+# pyOpenSSL's ffi is compiled (its memmove is a C method; the ABI-mode ffi's a Python wrapper around it), and
+# cffi makes pointer types unique across ffi instances, so it takes the callback's ``unsigned char *`` as is
+_memmove = SSL._ffi.memmove
 
 # The callback's signature and the OSSL_PARAM layout, in openssl_private's ABI-mode ffi. cffi rather than
 # ctypes because this runs twice in every resumed handshake: a ctypes callback entry plus its foreign calls
@@ -81,7 +84,7 @@ class TicketSealer:
         # error=0 if an exception ever escaped _on_ticket (it catches them): "no ticket" / "unknown key"
         self._callback = _ffi.callback("ticket_cb", self._on_ticket, error=0)
         self._digest = b"SHA256"  # 6 bytes, as the OSSL_PARAM below says
-        self._params: dict[TicketKey, tuple[object, ...]] = {}
+        self._params: dict[bytes, tuple[object, ...]] = {}  # by key name: a bytes hash is cached, a key's is not
         # Counters (plain attributes).
         self.sealed = 0
         self.opened_current = 0
@@ -99,11 +102,11 @@ class TicketSealer:
 
     def _mac_params(self, key: TicketKey) -> object:
         """The HMAC key and digest as OSSL_PARAMs, built once per key (two keys live at a time)."""
-        params = self._params.get(key)
+        params = self._params.get(key.name)
         if params is None:
             if len(self._params) >= 4:
                 self._params.clear()
-            params = self._params[key] = self._build_mac_params(key)
+            params = self._params[key.name] = self._build_mac_params(key)
         return params[0]
 
     def _build_mac_params(self, key: TicketKey) -> tuple[object, ...]:
@@ -126,8 +129,8 @@ class TicketSealer:
         try:
             if enc:
                 key, _ = self.ring.keys()
-                _ffi.memmove(key_name, key.name, 16)
-                _ffi.memmove(iv, os.urandom(_IV_LEN), _IV_LEN)
+                _memmove(key_name, key.name, 16)
+                _memmove(iv, os.urandom(_IV_LEN), _IV_LEN)
                 if self._fns.encrypt_init(cipher, self._fns.cipher, _ffi.NULL, key.aes_key, iv) != 1:
                     self.errors += 1
                     return -1

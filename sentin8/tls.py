@@ -138,6 +138,39 @@ def session_reused(conn: SSL.Connection) -> bool:
     return bool(SSL._lib.SSL_session_reused(conn._ssl))
 
 
+# What every new connection asks of its SSL object (its SNI, version, client certificate, ALPN), read straight
+# through cffi: pyOpenSSL's getters are interpreted Python, a few of them per connection (this module is
+# compiled). Each answers what the pyOpenSSL getter of the same name answers.
+
+
+def servername(conn: SSL.Connection) -> bytes | None:
+    """The SNI host name the client sent (``get_servername``), None without one."""
+    name = _lib.SSL_get_servername(conn._ssl, _HOST_NAME)
+    return None if name == _ffi.NULL else _ffi.string(name)
+
+
+def protocol_version(conn: SSL.Connection) -> str:
+    """``"TLSv1.3"`` and the like (``get_protocol_version_name``)."""
+    return _ffi.string(_lib.SSL_get_version(conn._ssl)).decode("ascii")
+
+
+def has_peer_certificate(conn: SSL.Connection) -> bool:
+    """Whether the client presented a certificate: the common "no" answered without building one."""
+    cert = _lib.SSL_get_peer_certificate(conn._ssl)
+    if cert == _ffi.NULL:
+        return False
+    _lib.X509_free(cert)  # SSL_get_peer_certificate gives a reference
+    return True
+
+
+def alpn_selected(conn: SSL.Connection) -> bytes | None:
+    """The protocol ALPN chose (``get_alpn_proto_negotiated``), None without ALPN."""
+    data = _ffi.new("unsigned char **")
+    size = _ffi.new("unsigned int *")
+    _lib.SSL_get0_alpn_selected(conn._ssl, data, size)
+    return _ffi.buffer(data[0], size[0])[:] if size[0] else None
+
+
 def verify_peer_name(conn: SSL.Connection, name: str) -> None:
     """Make certificate verification also check that the peer certificate names ``name`` (a DNS name or
     an IP address). Only meaningful on a verifying context; call before the handshake."""
@@ -277,6 +310,7 @@ class RecordIO:
 _lib = SSL._lib
 _ffi = SSL._ffi
 _WANT_READ = SSL._lib.SSL_ERROR_WANT_READ
+_HOST_NAME = SSL._lib.TLSEXT_NAMETYPE_host_name
 # RecordIO's per-record calls, bound once: a module global is a cached lookup, an attribute of cffi's lib a
 # dictionary lookup per call
 _SSL_read, _SSL_write, _SSL_get_error = _lib.SSL_read, _lib.SSL_write, _lib.SSL_get_error
@@ -302,7 +336,6 @@ _CTRL_GET_PEER_TMP_KEY = 109  # SSL_CTRL_GET_PEER_TMP_KEY
 _CTRL_GET_TMP_KEY = 133  # SSL_CTRL_GET_TMP_KEY
 _SCAN_BYTES = 4096  # the slots sit at ~1.2 KB of the ~6 KB SSL_CONNECTION (OpenSSL 3.x/4.0); the scan stays inside
 _WORD = 8  # 64-bit builds only: the ELF64 symbol reader (openssl_private) proves nothing elsewhere
-_abi = openssl_private.ffi  # the functions openssl_private reaches (cffi ABI mode), not pyOpenSSL's _ffi
 
 
 class _KeyShares:
@@ -318,22 +351,25 @@ class _KeyShares:
         self.ctrl = openssl_private.function(found["SSL_ctrl"], "long (*)(void *, int, long, void *)")
         self.free = openssl_private.function(found["EVP_PKEY_free"], "void (*)(void *)")
 
-    def release(self, ssl: int, ctrl: int) -> bool:
-        """Free the key behind ``ctrl`` on the connection at ``ssl``; True when one was freed."""
-        key = _abi.new("void **")
-        if self.ctrl(_abi.cast("void *", ssl), ctrl, 0, key) != 1 or key[0] == _abi.NULL:
+    def release(self, ssl: object, ctrl: int) -> bool:
+        """Free the key behind ``ctrl`` on the connection ``ssl`` (pyOpenSSL's ``SSL *``); True when one was
+        freed. Per handshake, so through pyOpenSSL's compiled ffi: the ABI-mode one's ``new`` and ``cast`` are
+        Python wrappers, and cffi's pointer types are one object in both (a ``void *`` of either fits)."""
+        key = _ffi.new("void **")
+        if self.ctrl(ssl, ctrl, 0, key) != 1 or key[0] == _ffi.NULL:
             return False
         pointer = key[0]
         try:
             slot = self.slots.get(ctrl, -1)
+            address = int(_ffi.cast("uintptr_t", ssl))
             if slot == -1:
-                slot = self.slots[ctrl] = self._find(ssl, int(_abi.cast("uintptr_t", pointer)), ctrl)
+                slot = self.slots[ctrl] = self._find(address, int(_ffi.cast("uintptr_t", pointer)), ctrl)
             if slot is None:
                 return False
-            field = _abi.cast("void **", ssl + slot)
+            field = _ffi.cast("void **", address + slot)
             if field[0] != pointer:
                 return False  # not where it was proven: leave it
-            field[0] = _abi.NULL
+            field[0] = _ffi.NULL
             self.free(pointer)  # the connection's reference (ssl3_free's EVP_PKEY_free)
             return True
         finally:
@@ -341,7 +377,7 @@ class _KeyShares:
 
     @staticmethod
     def _find(ssl: int, pointer: int, ctrl: int) -> int | None:
-        words = memoryview(_abi.buffer(_abi.cast("char *", ssl), _SCAN_BYTES)).cast("Q").tolist()
+        words = memoryview(_ffi.buffer(_ffi.cast("char *", ssl), _SCAN_BYTES)).cast("Q").tolist()
         hits = [i * _WORD for i, w in enumerate(words) if w == pointer]
         if len(hits) != 1:
             log.warning(
@@ -362,8 +398,7 @@ def release_key_shares(ssl: object) -> int:
     shares = _key_shares()
     if not shares.usable:
         return 0
-    address = openssl_private.pointer_of(ssl)
-    return shares.release(address, _CTRL_GET_PEER_TMP_KEY) + shares.release(address, _CTRL_GET_TMP_KEY)
+    return shares.release(ssl, _CTRL_GET_PEER_TMP_KEY) + shares.release(ssl, _CTRL_GET_TMP_KEY)
 
 
 _SCRATCH = 65536  # one record is at most 16 KiB of plaintext; output flights can be larger (looped)
@@ -609,7 +644,7 @@ class SNIContexts:
         # Failures are caught here instead of letting pyOpenSSL print a traceback per handshake: the
         # connection keeps the certificate-less front context and its handshake fails (and is counted).
         try:
-            cert = self.store.lookup(conn.get_servername())
+            cert = self.store.lookup(servername(conn))
             if cert is None:
                 cert = self.store.bootstrap()
                 self.selected_bootstrap += 1

@@ -574,6 +574,51 @@ def test_write_soon_past_its_bound_and_a_close_write_at_once_in_order(
     client.close()
 
 
+def _in_memory_handshake(server: SSL.Connection, client: SSL.Connection) -> None:
+    """Both sides' flights moved by hand until both are done (no sockets: what is compared is the SSL state)."""
+    done = {server: False, client: False}
+    for _ in range(10):
+        for me, peer in ((client, server), (server, client)):
+            try:
+                me.do_handshake()
+                done[me] = True
+            except SSL.WantReadError:
+                pass
+            try:
+                peer.bio_write(me.bio_read(65536))
+            except SSL.WantReadError:
+                pass
+        if all(done.values()):
+            return
+    raise AssertionError("the handshake did not finish")
+
+
+@pytest.mark.parametrize(
+    ("sni", "offered"),
+    [("shop.example.test", [b"h2", b"http/1.1"]), ("shop.example.test", [b"http/1.1"]), (None, None)],
+)
+def test_direct_accessors_answer_as_pyopenssls_getters(
+    store: CertStore, sni: str | None, offered: list[bytes] | None
+) -> None:
+    # tls.servername / protocol_version / has_peer_certificate / alpn_selected read the SSL object through cffi
+    # (pyOpenSSL's getters are interpreted Python, several per connection): the same answers, before and after
+    put_cert(Path(store.cert_dir), "shop.example.test", ["shop.example.test"])
+    server = SSL.Connection(tls.SNIContexts(store, protocols=tls.H2_PROTOCOLS).front, None)
+    server.set_accept_state()
+    client = SSL.Connection(PQClient.make_context(), None)
+    client.set_connect_state()
+    if sni is not None:
+        client.set_tlsext_host_name(sni.encode())
+    if offered is not None:
+        client.set_alpn_protos(offered)
+    assert tls.servername(server) is None and tls.alpn_selected(server) is None
+    _in_memory_handshake(server, client)
+    assert tls.servername(server) == server.get_servername() == (sni.encode() if sni else None)
+    assert tls.protocol_version(server) == server.get_protocol_version_name() == "TLSv1.3"
+    assert tls.has_peer_certificate(server) is (server.get_peer_certificate() is not None) is False
+    assert tls.alpn_selected(server) == (server.get_alpn_proto_negotiated() or None) == (offered or [None])[0]
+
+
 def test_session_resumption(store: CertStore, serve: Callable[..., ServerThread]) -> None:
     put_cert(Path(store.cert_dir), "shop.example.test", ["shop.example.test"])
     server = serve(tls.SNIContexts(store).front)

@@ -22,7 +22,6 @@ transport and stops handing over plaintext already decrypted or buffered, until 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -445,8 +444,10 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
         self._tickets_held = False  # before close_notify, so a client closed idle still gets them
         if self._pending:
             self._retry_pending()
-        with contextlib.suppress(SSL.Error):
+        try:  # not contextlib.suppress: an interpreted context manager on every connection's close
             conn.shutdown()  # writes close_notify; we do not wait for the peer's (like every server)
+        except SSL.Error:
+            pass
         self._flush()
 
     def write_eof(self) -> None:
@@ -456,8 +457,10 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
         self._send_close_notify()
         raw = self._raw
         if raw is not None and not raw.is_closing() and raw.can_write_eof():
-            with contextlib.suppress(OSError, RuntimeError):
+            try:
                 raw.write_eof()
+            except (OSError, RuntimeError):
+                pass
 
     def close(self) -> None:
         """Graceful: pending plaintext, then close_notify (keeps the session resumable), then FIN."""

@@ -28,8 +28,9 @@ class TLSHandshakeError(ConnectionError):
 
 
 class TLSAppTransport(asyncio.Transport):
+    # No super().__init__(): it only stores the ``extra`` mapping that get_extra_info below never reads, and it
+    # is interpreted Python, once per connection.
     def __init__(self, layer: TLSLayer) -> None:
-        super().__init__()
         self._layer = layer
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -95,15 +96,17 @@ TLS_KEYS = frozenset(
 def tls_info(conn: SSL.Connection, name: str, default: Any) -> Any:
     """One of ``TLS_KEYS`` for a live connection (``peercert``: the client's certificate, DER)."""
     if name == "sni":
-        sni = conn.get_servername()
+        sni = tls.servername(conn)
         return sni.decode("ascii", "replace") if sni is not None else default
     if name == "tls_group":
         return conn.get_group_name() or default
     if name == "tls_version":
-        return conn.get_protocol_version_name()
+        return tls.protocol_version(conn)
     if name == "tls_cipher":
         return conn.get_cipher_name() or default
     if name == "peercert":
+        if not tls.has_peer_certificate(conn):
+            return default
         cert = conn.get_peer_certificate(as_cryptography=True)
         return cert.public_bytes(Encoding.DER) if cert is not None else default
     if name == "tls_session":
@@ -111,5 +114,5 @@ def tls_info(conn: SSL.Connection, name: str, default: Any) -> Any:
     if name == "session_reused":
         return tls.session_reused(conn)
     if name == "alpn":  # the protocol ALPN chose (b"h2", b"http/1.1"), None without ALPN
-        return conn.get_alpn_proto_negotiated() or default
+        return tls.alpn_selected(conn) or default
     return conn  # ssl_object, tls_connection

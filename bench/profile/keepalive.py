@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import uvloop
 from cryptography.hazmat.primitives import serialization
@@ -38,9 +41,12 @@ from bench import pqtls
 from bench.profile.inproc import child as inproc_child
 from bench.profile.inproc import cpu_marks, report
 from sentin8 import certpair, routing, tls
+from sentin8.certpair import FULLCHAIN, PRIVKEY
+from sentin8.certstore import CertStore
 from sentin8.config import Config, Limits, Upstream
 from sentin8.http.h2_engine import ClientConnection
 from sentin8.routing import Instance, Route
+from sentin8.session_tickets import TicketSealer
 from sentin8.shm.state import SharedState
 from workers.l7 import L7Bridge
 from workers.l7.h2.connection import H2Bridge
@@ -58,7 +64,11 @@ REQUEST = b"GET / HTTP/1.1\r\nHost: %s\r\nUser-Agent: wrk/4.2\r\nAccept: */*\r\n
 
 
 def worker_context(
-    loop: asyncio.AbstractEventLoop, backend_port: int, concurrency: int = 1, pool: int = 0
+    loop: asyncio.AbstractEventLoop,
+    backend_port: int,
+    concurrency: int = 1,
+    pool: int = 0,
+    shared: SharedState | None = None,
 ) -> WorkerL7Context:
     """The ``L7Context`` a worker gives its bridges, built as a worker builds it (``workers.worker``): the
     routing snapshot published in a fresh ``SharedState``, backend selection over its suspect marks and
@@ -69,7 +79,7 @@ def worker_context(
     # ``pool`` below the concurrency makes requests connect anew, as -m100's 800 streams per worker do
     idle = pool or max(8, concurrency)
     cfg = Config(limits=Limits(), upstream=Upstream(pool_max_idle_per_instance=idle))
-    shared = SharedState(cfg, 1)
+    shared = shared or SharedState(cfg, 1)
     instances = [Instance(id="web-0", service="web", host="127.0.0.1", port=backend_port)]
     table = routing.build([Route(hostname=HOST, service="web")], instances, built_at=time.time())
     table.with_service_ids(shared.service_names().assign)
@@ -100,12 +110,26 @@ def serve_backend(srv: socket.socket) -> None:
         threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
 
-def server_cert() -> certpair.ServerCert:
+def _pem_pair() -> tuple[bytes, bytes]:
+    """A self-signed ML-DSA-65 certificate for ``HOST`` and its key, PEM."""
     now = time.time()
     cert, key = certpair.self_signed_mldsa65([HOST], now - 60, now + 3600)
     pkcs8 = serialization.PrivateFormat.PKCS8
     key_pem = key.private_bytes(serialization.Encoding.PEM, pkcs8, serialization.NoEncryption())
-    return certpair.parse_pair(HOST, cert.public_bytes(serialization.Encoding.PEM), key_pem, now)
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def worker_front(shared: SharedState, work: Path) -> tls.SNIContexts:
+    """The TLS front a worker builds (``workers.worker``): the certificate chosen per SNI from a ``CertStore``
+    holding one for ``HOST``, the session tickets sealed with the fleet's keys from ``shared``. A new connection
+    pays here what it pays in a worker: the servername and ticket callbacks included."""
+    cert_pem, key_pem = _pem_pair()
+    cdir = work / "certs" / HOST
+    cdir.mkdir(parents=True)
+    (cdir / FULLCHAIN).write_bytes(cert_pem)
+    (cdir / PRIVKEY).write_bytes(key_pem)
+    store = CertStore(work / "certs", work / "state")
+    return tls.SNIContexts(store, tickets=TicketSealer(shared.ticket_keys()))
 
 
 class Proxy:
@@ -115,8 +139,12 @@ class Proxy:
     def __init__(self, plain: bool, backend_port: int, h2: int = 0, pool: int = 0) -> None:
         self.loop = uvloop.new_event_loop()
         asyncio.set_event_loop(self.loop)
-        self.ctx = worker_context(self.loop, backend_port, concurrency=h2, pool=pool)
-        front = None if plain else tls.server_context(server_cert())
+        cfg = Config()
+        shared = SharedState(cfg, 1)
+        self.ctx = worker_context(self.loop, backend_port, concurrency=h2, pool=pool, shared=shared)
+        self.work = Path(tempfile.mkdtemp(prefix="sentin8-profile-"))
+        self.sni = None if plain else worker_front(shared, self.work)
+        front = None if self.sni is None else self.sni.front
 
         def factory() -> asyncio.Protocol:
             if h2:  # prior knowledge on plain TCP: the h2 bridge's own cost (the worker serves h2 by ALPN only)
@@ -310,6 +338,7 @@ def main() -> int:
     if a.connections:
         what, unit = f"PQ TLS h1, a {a.connections} handshake per GET", "connection"
     report(sentin8.BUILD, what, unit, marks, a.requests, a.rounds)
+    shutil.rmtree(proxy.work, ignore_errors=True)
     return 0
 
 
