@@ -46,12 +46,17 @@ class Hold:
 
 class OpenConnections:
     """How many connections are held (any stage), mirrored into the ``open_connections`` gauge.
-    ``on_release`` runs after every release (drain checks for zero there)."""
+    ``on_release``, when set, runs after every release (drain checks for zero there)."""
 
-    def __init__(self, gauges: Gauge, on_release: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, gauges: Gauge, on_release: Callable[[], None] | None = None) -> None:
         self._gauges = gauges
         self._on_release = on_release
         self.count = 0
+
+    def notify_releases(self, on_release: Callable[[], None]) -> None:
+        """Run ``on_release`` after every release from now on (a worker that starts draining: until then
+        nothing waits for zero, and a release costs no call)."""
+        self._on_release = on_release
 
     def hold(self) -> Hold:
         self.count += 1
@@ -62,4 +67,5 @@ class OpenConnections:
         """Called by ``Hold.release`` only (once per hold)."""
         self.count -= 1
         self._gauges.add_gauge("open_connections", -1)
-        self._on_release()
+        if self._on_release is not None:
+            self._on_release()

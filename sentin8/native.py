@@ -79,6 +79,8 @@ MODULES = (
     "workers.unread",
     "workers.upstream",
     # every new connection: accept to hand-off, the ClientHello peek, the L4 backend connect and pipe
+    "sentin8.holds",
+    "workers.listener",
     "workers.connect",
     "workers.door",
     "workers.l4_pipe",

@@ -17,7 +17,6 @@ close (a FIN the peer can read, not a reset) and releases the hold, exactly once
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 from collections.abc import Awaitable, Callable
 
@@ -287,8 +286,10 @@ class Arrival:
                     self._end()
                     return
                 preface = proxy_protocol.encode_proxy(self.addr[:2], local)
-            with contextlib.suppress(OSError):  # a client already gone: the pipe finds out on its own
+            try:  # not contextlib.suppress: an interpreted context manager per connection
                 self.conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass  # a client already gone: the pipe finds out on its own
             pipe = SplicePipe(door.poll, self.conn, backend, door.pipes, self._pipe_closed)
         except Exception as exc:
             door.poll.drop(backend.fileno())

@@ -6,11 +6,9 @@ Thin I/O around sentin8's sans-IO logic. One uvloop loop per process, pinned to 
 from __future__ import annotations
 
 import asyncio
-import errno
 import gc
 import signal
 import socket
-import time
 from typing import TypeVar
 
 import setproctitle
@@ -41,12 +39,11 @@ from .l4_pipe import PipePool
 from .l7 import L7Bridge, PlainHTTPListener
 from .l7.h2.connection import H2Bridge
 from .l7_context import WorkerL7Context
-from .listener import bind_reuseport
+from .listener import HTTP, HTTPS, INTERNAL_L4, Acceptor, bind_reuseport
 from .poll_set import PollSet
 from .socket_linger import SocketLinger
 from .tls_layer import TLSServerProtocol
 
-ACCEPT_BATCH = 64
 _B = TypeVar("_B", bound=L7Bridge | H2Bridge)
 
 
@@ -114,9 +111,8 @@ class Worker:
         self.listeners: list[socket.socket] = []
         self.http_listener: socket.socket | None = None
         self.internal_l4_listener: socket.socket | None = None
-        self.open = OpenConnections(self.counters, self._maybe_finished)  # any stage: drain waits for zero
+        self.open = OpenConnections(self.counters)  # any stage: drain waits for zero (begin_drain)
         self.draining = False
-        self._last_accept_warning = 0.0
         self.loop: asyncio.AbstractEventLoop
         self.stopped: asyncio.Future[int]
 
@@ -142,6 +138,9 @@ class Worker:
             self.index,
             self.classifier,
         )
+        self.acceptor = Acceptor(
+            self.loop, self.counters, self.open, self.door.enter, self._serve_http_soon, self.index
+        )
         self.stopped = self.loop.create_future()
         self.l7 = WorkerL7Context(
             self.cfg, self.loop, self.counters, self.backends, self.policy, self.policy_values, self.index
@@ -152,11 +151,11 @@ class Worker:
             self.cfg.listen.https, "listen.https", defer_accept_s=max(1, int(self.cfg.limits.peek_timeout_s))
         )
         self.listeners.append(https)
-        self.loop.add_reader(https.fileno(), self._on_accept, https)
+        self.acceptor.watch(https, HTTPS)
         if self.cfg.listen.http:
             self.http_listener = bind_reuseport(self.cfg.listen.http, "listen.http")
             self.listeners.append(self.http_listener)
-            self.loop.add_reader(self.http_listener.fileno(), self._on_accept, self.http_listener)
+            self.acceptor.watch(self.http_listener, HTTP)
         if self.cfg.listen.internal_l4:
             self.internal_l4_listener = bind_reuseport(
                 self.cfg.listen.internal_l4,
@@ -164,7 +163,7 @@ class Worker:
                 defer_accept_s=max(1, int(self.cfg.limits.peek_timeout_s)),
             )
             self.listeners.append(self.internal_l4_listener)
-            self.loop.add_reader(self.internal_l4_listener.fileno(), self._on_accept, self.internal_l4_listener)
+            self.acceptor.watch(self.internal_l4_listener, INTERNAL_L4)
         self.loop.add_signal_handler(signal.SIGTERM, self.begin_drain)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the supervisor decides
         self.loop.add_signal_handler(signal.SIGQUIT, self._stop_now)
@@ -200,6 +199,7 @@ class Worker:
         for bridge in list(self.bridges):
             bridge.begin_drain()  # busy ones close after their response, idle ones after the drain grace
         self.loop.call_later(self.cfg.fleet.drain_timeout_s, self._finish, 0)
+        self.open.notify_releases(self._maybe_finished)
         self._maybe_finished()
 
     def _stop_now(self) -> None:
@@ -214,45 +214,7 @@ class Worker:
         if self.draining and self.open.count == 0:
             self._finish(0)
 
-    # ---- accept --------------------------------------------------------------------------------------
-
-    def _on_accept(self, listener: socket.socket) -> None:
-        for _ in range(ACCEPT_BATCH):
-            try:
-                conn, addr = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                self._accept_failed(listener, exc)
-                return
-            conn.setblocking(False)  # TCP_NODELAY: uvloop sets it on every transport; the L4 pipe its own
-            self.counters.inc("accepted")
-            hold = self.open.hold()
-            if listener is self.http_listener:
-                self.loop.create_task(self._serve_http(conn, addr, hold))
-            else:
-                self.door.enter(conn, addr, hold, guaranteed_l4=listener is self.internal_l4_listener)
-
-    def _accept_failed(self, listener: socket.socket, exc: OSError) -> None:
-        """Out of descriptors or memory: the listener stays readable, so a level-triggered loop would spin on
-        accept(). Stop watching it for a moment; the queued connections wait in the kernel meanwhile."""
-        self.counters.inc("accept_errors")
-        if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-            return  # ECONNABORTED and friends concern one connection only
-        now = time.monotonic()
-        if now - self._last_accept_warning > 1.0:
-            self._last_accept_warning = now
-            event("accept_paused", "warning", worker=self.index, pause_ms=100, error=exc.strerror or str(exc))
-        fd = listener.fileno()
-        self.loop.remove_reader(fd)
-
-        def resume() -> None:
-            if listener in self.listeners:
-                self.loop.add_reader(fd, self._on_accept, listener)
-
-        self.loop.call_later(0.1, resume)
-
-    # ---- one connection ----------------------------------------------------------------------------
+    # ---- one connection (accepted by workers.listener.Acceptor) --------------------------------------------
 
     async def serve_external(self, conn: socket.socket, addr: tuple, hold: Hold, over_cap: bool = False) -> bool:
         """External: terminate PQ TLS (certificate per SNI, bootstrap when none) and bridge at L7. The peeked
@@ -280,6 +242,9 @@ class Worker:
         )
         await self.loop.connect_accepted_socket(lambda: layer, sock=conn)
         return True
+
+    def _serve_http_soon(self, conn: socket.socket, addr: tuple, hold: Hold) -> None:
+        self.loop.create_task(self._serve_http(conn, addr, hold))
 
     async def _serve_http(self, conn: socket.socket, addr: tuple, hold: Hold) -> None:
         """:80 — ACME HTTP-01 only, for every source; everything else is 404."""

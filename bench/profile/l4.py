@@ -6,8 +6,8 @@
 
 The worker's own ``Door`` (``workers/door.py``) over the worker's backend selection on a fresh ``SharedState``
 (the routing snapshot published in it), its ``PollSet``, pipe pool and lingering close, behind a listener with
-TCP_DEFER_ACCEPT on loopback (an internal source: the L4 path). The accept loop is the worker's minus its
-error handling. The backend and the client are processes of their own (exec'd: ``valgrind --trace-children=no``
+TCP_DEFER_ACCEPT on loopback (an internal source: the L4 path), and the worker's accept loop (``Acceptor``).
+The backend and the client are processes of their own (exec'd: ``valgrind --trace-children=no``
 leaves them native), so this process's CPU time is the proxy's alone: the backend answers each connection's
 ClientHello with one byte (the bench's ``first_byte``), the client connects, sends a real PQ ClientHello,
 reads that byte and closes, one connection at a time (the bench's "L4 new conns" row runs 64 at once).
@@ -34,13 +34,12 @@ from sentin8.routing import Instance, Route
 from sentin8.shm.state import SharedState
 from workers.door import Door
 from workers.l4_pipe import PipePool
-from workers.listener import bind_reuseport
+from workers.listener import HTTPS, Acceptor, bind_reuseport
 from workers.poll_set import PollSet
 from workers.socket_linger import SocketLinger
 from workers.worker import worker_backends
 
 HOST = "rate.bench.test"
-ACCEPT_BATCH = 64
 
 
 class Proxy:
@@ -55,7 +54,7 @@ class Proxy:
         shared.snapshot_writer().publish(routing.encode(table))
         self.counters = counters = shared.worker_counters(0)
         counters.claim(0)
-        self.open = OpenConnections(counters, lambda: None)
+        self.open = OpenConnections(counters)
         self.door = Door(
             loop,
             cfg,
@@ -71,20 +70,13 @@ class Proxy:
         )
         self.listener = bind_reuseport("127.0.0.1:0", "listen.https", defer_accept_s=1)
         self.port = self.listener.getsockname()[1]
-        loop.add_reader(self.listener.fileno(), self._on_accept)
+        Acceptor(loop, counters, self.open, self.door.enter, self._not_http, 0).watch(self.listener, HTTPS)
 
     async def _not_l4(self, *args: object) -> bool:
         raise AssertionError("an L4 profile took the L7 path: is 127.0.0.1 outside network.internal_cidrs?")
 
-    def _on_accept(self) -> None:
-        for _ in range(ACCEPT_BATCH):
-            try:
-                conn, addr = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            conn.setblocking(False)
-            self.counters.inc("accepted")
-            self.door.enter(conn, addr, self.open.hold())
+    def _not_http(self, *args: object) -> None:
+        raise AssertionError("the profile has no :80 listener")
 
     def measure(self, control: socket.socket) -> list[tuple[float, float]]:
         """CPU times at each of the client's round markers, until it says ``q``."""
