@@ -74,6 +74,7 @@ MODULES = (
     "workers.deadline",
     "workers.l7_context",
     "workers.task_timeout",
+    "workers.tls_entry",
     "workers.tls_layer",
     "workers.tls_transport",
     "workers.unread",

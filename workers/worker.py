@@ -9,11 +9,9 @@ import asyncio
 import gc
 import signal
 import socket
-from typing import TypeVar
 
 import setproctitle
 import uvloop
-from OpenSSL import SSL
 
 from sentin8 import lifecycle, routing, session_tickets, tls
 from sentin8.backends import Backends
@@ -23,7 +21,6 @@ from sentin8.certstore import CertStore, store_dirname
 from sentin8.config import Config
 from sentin8.eventlog import event
 from sentin8.holds import Hold, OpenConnections
-from sentin8.metrics.scales import handshake_reason
 from sentin8.netclass import Classifier
 from sentin8.policy import EdgePolicy
 from sentin8.routing import RoutingTable
@@ -36,15 +33,12 @@ from sentin8.tls import SNIContexts
 
 from .door import Door
 from .l4_pipe import PipePool
-from .l7 import L7Bridge, PlainHTTPListener
-from .l7.h2.connection import H2Bridge
+from .l7 import PlainHTTPListener
 from .l7_context import WorkerL7Context
 from .listener import HTTP, HTTPS, INTERNAL_L4, Acceptor, bind_reuseport
 from .poll_set import PollSet
 from .socket_linger import SocketLinger
-from .tls_layer import TLSServerProtocol
-
-_B = TypeVar("_B", bound=L7Bridge | H2Bridge)
+from .tls_entry import Bridges, TLSEntry
 
 
 def _decode_paused_gc(data: bytes) -> RoutingTable:
@@ -107,7 +101,7 @@ class Worker:
             tickets=self.tickets,
             protocols=tls.H2_PROTOCOLS if cfg.http2.enabled else tls.SERVED_PROTOCOLS,
         )
-        self.bridges: set[L7Bridge | H2Bridge] = set()
+        self.bridges = Bridges()
         self.listeners: list[socket.socket] = []
         self.http_listener: socket.socket | None = None
         self.internal_l4_listener: socket.socket | None = None
@@ -125,6 +119,12 @@ class Worker:
         self.loop = asyncio.get_running_loop()
         self.lingering = SocketLinger(self.loop)  # refused sockets: FIN, then the peer's last bytes, then close
         self.poll = PollSet(self.loop)  # the L4 path's sockets: backend connects and splice pipes
+        self.l7 = WorkerL7Context(
+            self.cfg, self.loop, self.counters, self.backends, self.policy, self.policy_values, self.index
+        )
+        self.entry = TLSEntry(
+            self.loop, self.counters, self.l7, self.sni.front, self.cfg.limits.handshake_timeout_s, self.bridges
+        )
         self.door = Door(
             self.loop,
             self.cfg,
@@ -134,7 +134,7 @@ class Worker:
             self.poll,
             self.pipes,
             self.lingering,
-            self.serve_external,
+            self.entry.serve,
             self.index,
             self.classifier,
         )
@@ -142,9 +142,6 @@ class Worker:
             self.loop, self.counters, self.open, self.door.enter, self._serve_http_soon, self.index
         )
         self.stopped = self.loop.create_future()
-        self.l7 = WorkerL7Context(
-            self.cfg, self.loop, self.counters, self.backends, self.policy, self.policy_values, self.index
-        )
         self.certs.bootstrap()  # first boot generates it (once, under a file lock), not the first handshake
         self.policy.waf_engine()  # the rule set loads now (~0.1 s), not on the first request
         https = bind_reuseport(
@@ -196,8 +193,7 @@ class Worker:
         setproctitle.setproctitle(f"sentin8-proxy: worker {self.index} [draining]")
         self._close_listeners()
         self.l7.pool.close_idle()
-        for bridge in list(self.bridges):
-            bridge.begin_drain()  # busy ones close after their response, idle ones after the drain grace
+        self.bridges.begin_drain()
         self.loop.call_later(self.cfg.fleet.drain_timeout_s, self._finish, 0)
         self.open.notify_releases(self._maybe_finished)
         self._maybe_finished()
@@ -216,33 +212,6 @@ class Worker:
 
     # ---- one connection (accepted by workers.listener.Acceptor) --------------------------------------------
 
-    async def serve_external(self, conn: socket.socket, addr: tuple, hold: Hold, over_cap: bool = False) -> bool:
-        """External: terminate PQ TLS (certificate per SNI, bootstrap when none) and bridge at L7. The peeked
-        ClientHello is still in the socket, so the TLS layer reads it as if nothing happened. Returns True once
-        the transport owns the socket; its ``connection_lost`` releases the hold."""
-        self.counters.inc("connections_l7")
-
-        def bridge() -> L7Bridge | H2Bridge:
-            # ALPN chose the protocol (h2 only when [http2] enabled offers it); no ALPN = HTTP/1.1
-            h2 = layer.extra_info("alpn", None) == b"h2"
-            made: L7Bridge | H2Bridge = self._new_bridge(H2Bridge if h2 else L7Bridge, addr, "https")
-            if over_cap:
-                made.refuse_status = 503  # over the per-client connection cap: every request gets 503 + close
-            return made
-
-        layer = _TrackedTLS(
-            self.bridges,
-            hold,
-            self.sni.front,
-            bridge,
-            loop=self.loop,
-            handshake_timeout=self.cfg.limits.handshake_timeout_s,
-            on_handshake_error=self._handshake_error,
-            on_handshake_done=self._handshake_done,
-        )
-        await self.loop.connect_accepted_socket(lambda: layer, sock=conn)
-        return True
-
     def _serve_http_soon(self, conn: socket.socket, addr: tuple, hold: Hold) -> None:
         self.loop.create_task(self._serve_http(conn, addr, hold))
 
@@ -257,30 +226,10 @@ class Worker:
             hold.release()  # a no-op when connection_lost already released it
 
     def _new_http_bridge(self, addr: tuple, hold: Hold) -> _TrackedHTTP:
-        bridge = self._new_bridge(_TrackedHTTP, addr, "http")
+        bridge = self.bridges.add(_TrackedHTTP(self.l7, self.loop, addr, "http"))
         bridge.track(self.bridges, hold)
         bridge.external = not self.classifier.is_internal(addr[0])
         return bridge
-
-    def _new_bridge(self, kind: type[_B], addr: tuple, scheme: str) -> _B:
-        bridge = kind(self.l7, self.loop, addr, scheme)
-        self.bridges.add(bridge)
-        if self.draining:
-            bridge.begin_drain()
-        return bridge
-
-    def _handshake_error(self, reason: str) -> None:
-        self.counters.inc("handshake_errors")
-        self.counters.handshake_error(handshake_reason(reason))
-        if reason == "timeout":
-            self.counters.inc("handshake_timeout")
-        elif reason == tls.NO_APPLICATION_PROTOCOL_REASON:
-            self.counters.inc("tls_alpn_refused")
-
-    def _handshake_done(self, conn: SSL.Connection) -> None:
-        self.counters.inc("handshake_ok")
-        if tls.session_reused(conn):
-            self.counters.inc("tls_resumed")
 
     # ---- certificates and tickets ------------------------------------------------------------------
 
@@ -300,31 +249,13 @@ class Worker:
         return None
 
 
-class _TrackedTLS(TLSServerProtocol):
-    """The TLS layer of one external connection, releasing its hold when the connection ends."""
-
-    def __init__(self, bridges: set[L7Bridge | H2Bridge], hold: Hold, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._bridges = bridges
-        self._hold = hold
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        app = self.app
-        try:
-            super().connection_lost(exc)
-        finally:
-            if app is not None:
-                self._bridges.discard(app)
-            self._hold.release()
-
-
 class _TrackedHTTP(PlainHTTPListener):
     """The :80 bridge, releasing its hold when the connection ends."""
 
-    _bridges: set[L7Bridge | H2Bridge]
+    _bridges: Bridges
     _hold: Hold | None = None
 
-    def track(self, bridges: set[L7Bridge | H2Bridge], hold: Hold) -> None:
+    def track(self, bridges: Bridges, hold: Hold) -> None:
         self._bridges = bridges
         self._hold = hold
 
