@@ -238,17 +238,21 @@ class RecordIO:
             self._fed_big = True
 
     def read(self) -> bytes | None:
-        """One record's plaintext; None when OpenSSL needs more ciphertext. Raises ``SSL.ZeroReturnError``
-        on close_notify and ``SSL.Error`` on failure."""
+        """One record's plaintext; None when OpenSSL needs more ciphertext; b"" once the peer's close_notify
+        is read (a return value, as ``recv`` says EOF: most connections end so, and pyOpenSSL would build a
+        ``ZeroReturnError`` for it). Raises ``SSL.Error`` on failure."""
         buf = _scratch()
         n = _SSL_read(self._ssl, buf, _SCRATCH)
         if n > 0:
             return _buffer(buf, n)[:]
-        if _SSL_get_error(self._ssl, n) == _WANT_READ:
+        err = _SSL_get_error(self._ssl, n)
+        if err == _WANT_READ:
             if self._fed_big and not _BIO_get_mem_data(self._into, _ffi.NULL):
                 self._renew_into()
             return None
-        self._conn._raise_ssl_error(self._ssl, n)  # raises (ZeroReturnError, SysCallError, Error)
+        if err == _ZERO_RETURN:
+            return b""
+        self._conn._raise_ssl_error(self._ssl, n)  # raises (SysCallError, Error)
         raise SSL.Error("SSL_read failed")
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
@@ -310,6 +314,7 @@ class RecordIO:
 _lib = SSL._lib
 _ffi = SSL._ffi
 _WANT_READ = SSL._lib.SSL_ERROR_WANT_READ
+_ZERO_RETURN = SSL._lib.SSL_ERROR_ZERO_RETURN
 _HOST_NAME = SSL._lib.TLSEXT_NAMETYPE_host_name
 # RecordIO's per-record calls, bound once: a module global is a cached lookup, an attribute of cffi's lib a
 # dictionary lookup per call

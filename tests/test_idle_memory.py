@@ -100,6 +100,10 @@ def test_the_handshake_key_shares_are_freed_and_the_connection_works_on(front: S
     again.send(b"two")
     _move(again, io2)
     assert io2.read() == b"two"
+    assert io2.read() is None  # nothing more yet
+    again.shutdown()  # close_notify: read says so with b"", as recv() says EOF, not with an exception
+    _move(again, io2)
+    assert io2.read() == b""
 
 
 def test_the_incoming_bio_is_renewed_after_the_handshake_and_after_a_large_feed(front: SSL.Context) -> None:

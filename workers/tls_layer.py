@@ -310,9 +310,6 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
             while size < _DELIVER_MAX:
                 try:
                     data = io.read()
-                except SSL.ZeroReturnError:
-                    zero_return = True
-                    break
                 except SSL.Error as exc:
                     if chunks:
                         self._app.data_received(b"".join(chunks))
@@ -322,6 +319,9 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
                     return
                 if data is None:  # OpenSSL needs more ciphertext
                     want_more = True
+                    break
+                if not data:  # the peer's close_notify
+                    zero_return = True
                     break
                 chunks.append(data)
                 size += len(data)
