@@ -113,7 +113,8 @@ def serve_backend(srv: socket.socket) -> None:
 def _pem_pair() -> tuple[bytes, bytes]:
     """A self-signed ML-DSA-65 certificate for ``HOST`` and its key, PEM."""
     now = time.time()
-    cert, key = certpair.self_signed_mldsa65([HOST], now - 60, now + 3600)
+    # 90 days: the certificate store warns (cert_expiring, on stderr) about one that ends within 7
+    cert, key = certpair.self_signed_mldsa65([HOST], now - 60, now + 90 * 86400)
     pkcs8 = serialization.PrivateFormat.PKCS8
     key_pem = key.private_bytes(serialization.Encoding.PEM, pkcs8, serialization.NoEncryption())
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
