@@ -27,7 +27,9 @@ from OpenSSL import SSL
 from sentin8 import tls
 from sentin8.certpair import self_signed_mldsa65, write_pair
 from sentin8.certstore import CertStore
+from tests.peers import wait_until
 from tests.pqclient import PQClient
+from workers.timer_queue import TimerQueue
 from workers.tls_client import TLSClientProtocol
 from workers.tls_layer import TLSHandshakeError, TLSServerProtocol
 
@@ -111,9 +113,12 @@ class ServerThread:
         peek: bool = False,
         write_high: int | None = None,
         sndbuf: int | None = None,
+        shared_timer: bool = False,
     ) -> None:
         self.context = context
         self.sndbuf = sndbuf
+        self.shared_timer = shared_timer  # the worker's way: the handshakes' deadlines in one TimerQueue
+        self.timers: TimerQueue | None = None
         self.handshake_timeout = handshake_timeout
         self.peek = peek
         self.write_high = write_high
@@ -155,6 +160,7 @@ class ServerThread:
 
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
+        timers = self.timers = TimerQueue(loop) if self.shared_timer else None
         while True:
             sock, _ = await loop.sock_accept(self.listener)
             if self.sndbuf is not None:  # small kernel buffer: the transport's own buffer must fill
@@ -171,6 +177,7 @@ class ServerThread:
                 handshake_timeout=self.handshake_timeout,
                 on_handshake_error=lambda reason: self.notify(lambda s: s.errors.append(reason)),
                 on_handshake_done=lambda conn: self.notify(lambda s: setattr(s, "done", s.done + 1)),
+                timers=timers,
             )
             self.protocols.append(proto)
             await loop.connect_accepted_socket(lambda p=proto: p, sock)
@@ -351,8 +358,11 @@ def test_plain_http_on_tls_port_is_a_handshake_error(store: CertStore, serve: Ca
             pass
 
 
-def test_handshake_deadline_closes_silent_peer(store: CertStore, serve: Callable[..., ServerThread]) -> None:
-    server = serve(tls.SNIContexts(store).front, handshake_timeout=0.3)
+@pytest.mark.parametrize("shared_timer", [False, True], ids=["own-timer", "timer-queue"])
+def test_handshake_deadline_closes_silent_peer(
+    store: CertStore, serve: Callable[..., ServerThread], shared_timer: bool
+) -> None:
+    server = serve(tls.SNIContexts(store).front, handshake_timeout=0.3, shared_timer=shared_timer)
     start = time.monotonic()
     with server.connect() as sock:
         try:
@@ -361,6 +371,26 @@ def test_handshake_deadline_closes_silent_peer(store: CertStore, serve: Callable
             pass  # aborted: RST instead of FIN
         server.wait_for(lambda: server.errors == ["timeout"])
     assert time.monotonic() - start >= 0.29  # the loop's clock has millisecond steps: it may fire <1 ms early
+
+
+def test_a_finished_handshake_leaves_its_queued_deadline_cancelled(
+    store: CertStore, serve: Callable[..., ServerThread]
+) -> None:
+    # in the worker's TimerQueue a completed handshake's deadline stays queued until its time, cancelled: it
+    # must neither fire (no "timeout", the connection lives on past it) nor keep the layer alive meanwhile
+    put_cert(Path(store.cert_dir), "shop.example.test", ["shop.example.test"])
+    server = serve(tls.SNIContexts(store).front, handshake_timeout=0.3, shared_timer=True)
+    client = server.client("shop.example.test")
+    client.handshake()
+    server.wait_for(lambda: server.done == 1)
+    proto = server.protocols[0]
+    assert proto._timer is None  # cancelled and forgotten by the layer
+    assert server.timers is not None and len(server.timers) == 1  # still queued, cancelled, until its time
+    wait_until(lambda: len(server.timers) == 0, 5.0, what="the cancelled deadline's time")  # type: ignore[arg-type]
+    client.sendall(b"still here")
+    assert client.recv() == b"still here"
+    assert server.errors == []
+    client.close()
 
 
 def test_handshake_deadline_closes_stalled_client_hello(store: CertStore, serve: Callable[..., ServerThread]) -> None:

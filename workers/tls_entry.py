@@ -20,6 +20,7 @@ from sentin8.metrics.scales import handshake_reason
 
 from .l7 import L7Bridge
 from .l7.h2.connection import H2Bridge
+from .timer_queue import TimerQueue
 from .tls_layer import TLSServerProtocol
 
 _B = TypeVar("_B")
@@ -67,6 +68,10 @@ class TLSEntry:
         self.front = front
         self.handshake_timeout = handshake_timeout
         self.bridges = bridges
+        self.timers = TimerQueue(loop)  # the handshakes' deadlines: one length, so one loop timer for all
+
+    def close(self) -> None:
+        self.timers.close()
 
     async def serve(self, conn: socket.socket, addr: tuple, hold: Hold, over_cap: bool = False) -> bool:
         """Terminate PQ TLS (certificate per SNI, bootstrap when none) and bridge at L7. The peeked ClientHello
@@ -105,6 +110,7 @@ class TrackedTLS(TLSServerProtocol):
             handshake_timeout=entry.handshake_timeout,
             on_handshake_error=entry.handshake_error,
             on_handshake_done=entry.handshake_done,
+            timers=entry.timers,
         )
         self._entry = entry
         self._hold = hold

@@ -3,7 +3,7 @@
 from sentin8.tls cimport RecordIO
 
 cdef class TLSLayer:
-    cdef public object _app, _app_factory, _app_paused, _app_transport, _closing, _conn, _context, _deliver_scheduled, _eof_delivered, _fail_reason, _fatal_exc, _handshake_done, _handshake_failed, _handshake_timeout, _hs_future, _loop, _lost, _on_handshake_done, _on_handshake_error, _peercert_der, _pending, _raw, _raw_eof, _raw_paused_writing, _shutdown_sent, _tickets_held, _timer, _write_eof_called
+    cdef public object _app, _app_factory, _app_paused, _app_transport, _closing, _conn, _context, _deliver_scheduled, _eof_delivered, _fail_reason, _fatal_exc, _handshake_done, _handshake_failed, _handshake_timeout, _hs_future, _loop, _lost, _on_handshake_done, _on_handshake_error, _peercert_der, _pending, _raw, _raw_eof, _raw_paused_writing, _shutdown_sent, _tickets_held, _timer, _timers, _write_eof_called
     cdef public bint _flush_scheduled
     cdef public Py_ssize_t _soon_bytes
     cdef public RecordIO _io  # typed: its per-record calls are C calls

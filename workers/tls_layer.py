@@ -30,6 +30,7 @@ from OpenSSL import SSL
 
 from sentin8 import tls
 
+from .timer_queue import TimerEntry, TimerQueue
 from .tls_transport import TLS_KEYS, TLSAppTransport, TLSHandshakeError, tls_info
 
 log = logging.getLogger(__name__)
@@ -52,10 +53,13 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
         handshake_timeout: float | None = 10.0,
         on_handshake_error: Callable[[str], None] | None = None,
         on_handshake_done: Callable[[SSL.Connection], None] | None = None,
+        timers: TimerQueue | None = None,
     ) -> None:
         self._context = context
         self._app_factory = app_factory
         self._handshake_timeout = handshake_timeout
+        # the worker's handshake deadlines share one loop timer (their length is one setting); else a timer each
+        self._timers = timers
         self._on_handshake_error = on_handshake_error
         self._on_handshake_done = on_handshake_done
 
@@ -66,7 +70,7 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
         self._app_transport: TLSAppTransport | None = None
         # given by a caller that has it: Python 3.11's get_running_loop() costs a getpid() per call
         self._loop: asyncio.AbstractEventLoop | None = loop
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | TimerEntry | None = None
         self._hs_future: asyncio.Future[None] | None = None
 
         self._handshake_done = False
@@ -161,7 +165,11 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
             self._fail_handshake(f"setup: {exc}")
             return
         if self._handshake_timeout is not None:
-            self._timer = self._loop.call_later(self._handshake_timeout, self._on_handshake_timeout)
+            if self._timers is not None:
+                when = self._loop.time() + self._handshake_timeout
+                self._timer = self._timers.at(when, self._on_handshake_timeout)
+            else:
+                self._timer = self._loop.call_later(self._handshake_timeout, self._on_handshake_timeout)
         if not self._server_side:
             self._do_handshake()  # emit the ClientHello
 

@@ -174,6 +174,7 @@ class Worker:
         code = await self.stopped
         self.pipes.close()
         self.poll.close()
+        self.entry.close()
         self.lingering.close_all()
         self.l7.pool.close()
         self.l7.gate.close()

@@ -51,6 +51,7 @@ from sentin8.shm.state import SharedState
 from workers.l7 import L7Bridge
 from workers.l7.h2.connection import H2Bridge
 from workers.l7_context import WorkerL7Context
+from workers.timer_queue import TimerQueue
 from workers.tls_layer import TLSServerProtocol
 from workers.worker import worker_backends, worker_policy
 
@@ -146,13 +147,16 @@ class Proxy:
         self.work = Path(tempfile.mkdtemp(prefix="sentin8-profile-"))
         self.sni = None if plain else worker_front(shared, self.work)
         front = None if self.sni is None else self.sni.front
+        timers = TimerQueue(self.loop)  # the handshakes' deadlines on one loop timer, as workers.tls_entry has them
 
         def factory() -> asyncio.Protocol:
             if h2:  # prior knowledge on plain TCP: the h2 bridge's own cost (the worker serves h2 by ALPN only)
                 return H2Bridge(self.ctx, self.loop, None, "https")  # type: ignore[arg-type]
             if front is None:
                 return L7Bridge(self.ctx, self.loop, None, "http")
-            return TLSServerProtocol(front, lambda: L7Bridge(self.ctx, self.loop, None, "https"), loop=self.loop)
+            return TLSServerProtocol(
+                front, lambda: L7Bridge(self.ctx, self.loop, None, "https"), loop=self.loop, timers=timers
+            )
 
         self.server = self.loop.run_until_complete(self.loop.create_server(factory, "127.0.0.1", 0))
         self.port = self.server.sockets[0].getsockname()[1]
