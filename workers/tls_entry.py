@@ -79,7 +79,7 @@ class TLSEntry:
         transport owns the socket; its ``connection_lost`` releases the hold."""
         self.counters.inc("connections_l7")  # type: ignore[attr-defined]
         layer = TrackedTLS(self, hold, addr, over_cap)
-        await self.loop.connect_accepted_socket(layer.itself, sock=conn)
+        await self.loop.connect_accepted_socket(lambda: layer, sock=conn)
         return True
 
     def handshake_error(self, reason: str) -> None:
@@ -116,10 +116,6 @@ class TrackedTLS(TLSServerProtocol):
         self._hold = hold
         self._addr = addr
         self._over_cap = over_cap
-
-    def itself(self) -> TrackedTLS:
-        """The protocol factory uvloop calls once: this layer, already made."""
-        return self
 
     def _bridge(self) -> L7Bridge | H2Bridge:
         entry = self._entry
