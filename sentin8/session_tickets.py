@@ -13,7 +13,6 @@ any failure returns "no ticket" / "unknown key", which costs a full handshake, n
 from __future__ import annotations
 
 import logging
-import os
 
 from OpenSSL import SSL
 
@@ -28,6 +27,7 @@ _NAMES = (
     "EVP_DecryptInit_ex",
     "EVP_MAC_CTX_set_params",
     "EVP_aes_256_cbc",
+    "RAND_bytes",
 )
 _OSSL_PARAM_UTF8_STRING = 4
 _OSSL_PARAM_OCTET_STRING = 5
@@ -59,6 +59,9 @@ class _Functions:
         self.decrypt_init = f(addresses["EVP_DecryptInit_ex"], init)
         self.mac_set_params = f(addresses["EVP_MAC_CTX_set_params"], "int (*)(void *, const OSSL_PARAM *)")
         self.cipher = f(addresses["EVP_aes_256_cbc"], "void *(*)(void)")()
+        # the IV straight into OpenSSL's buffer from its own CSPRNG (as nginx's ticket callback does): no
+        # getrandom syscall and no bytes object per ticket, as os.urandom would cost
+        self.rand_bytes = f(addresses["RAND_bytes"], "int (*)(unsigned char *, int)")
 
 
 def _functions() -> _Functions | None:
@@ -130,7 +133,9 @@ class TicketSealer:
             if enc:
                 key, _ = self.ring.keys()
                 _memmove(key_name, key.name, 16)
-                _memmove(iv, os.urandom(_IV_LEN), _IV_LEN)
+                if self._fns.rand_bytes(iv, _IV_LEN) != 1:
+                    self.errors += 1
+                    return -1
                 if self._fns.encrypt_init(cipher, self._fns.cipher, _ffi.NULL, key.aes_key, iv) != 1:
                     self.errors += 1
                     return -1

@@ -289,3 +289,50 @@ def test_num_tickets_setter_is_reachable() -> None:
     ctx = tls.server_context()
     assert tls.set_num_tickets(ctx, 1)
     assert tls.set_num_tickets(ctx, 0)
+
+
+def captured_tickets(ctx: SSL.Context) -> list[bytes]:
+    """Make a client context keep the ticket of every NewSessionTicket message it receives (RFC 8446 §4.6.1:
+    lifetime 4, age_add 4, nonce <1>, ticket <2>); the fleet's ticket starts with its key name and IV."""
+    ffi, tickets = SSL._ffi, []
+
+    @ffi.callback("void(int, int, int, void *, size_t, SSL *, void *)")
+    def on_message(write_p: int, _v: int, content_type: int, buf: object, n: int, _s: object, _a: object) -> None:
+        msg = bytes(ffi.buffer(buf, n)) if not write_p and content_type == 22 and n else b""
+        if msg[:1] == b"\x04":
+            at = 4 + 8
+            at += 1 + msg[at]  # the nonce
+            size = int.from_bytes(msg[at : at + 2], "big")
+            tickets.append(msg[at + 2 : at + 2 + size])
+
+    SSL._lib.SSL_CTX_set_msg_callback(ctx._context, on_message)
+    ctx._ticket_keeper = on_message  # type: ignore[attr-defined]  # alive as long as the context
+    return tickets
+
+
+def test_every_sealed_ticket_has_its_own_random_iv(store: CertStore, serve: Callable[..., ServerThread]) -> None:
+    """The IV comes from OpenSSL's CSPRNG straight into the ticket (no bytes object per ticket): one key name,
+    and never the same IV twice, over full handshakes and resumptions alike."""
+    if not session_tickets.available():
+        pytest.skip("bundled OpenSSL hook unreachable")
+    put_cert(Path(store.cert_dir), SNI, [SNI])
+    ring = TicketKeyRing(shared_region(), ROTATION)
+    ring.seed()
+    sealer = TicketSealer(ring)
+    worker = serve(tls.SNIContexts(store, tickets=sealer).front)
+    ctx = PQClient.make_context()
+    tickets = captured_tickets(ctx)
+    session = None
+    for k in range(8):
+        c = worker.client(SNI, session=session if k % 2 else None, context=ctx)
+        c.handshake()
+        c.sendall(b"x")
+        assert c.recv() == b"x"  # the ticket arrives before the echo
+        assert c.resumed is bool(k % 2)
+        session = c.session
+        c.close()
+    assert len(tickets) == 8 and sealer.sealed == 8 and sealer.errors == 0
+    key, _ = ring.keys()
+    assert {t[:16] for t in tickets} == {key.name}
+    ivs = [t[16:32] for t in tickets]
+    assert len(set(ivs)) == 8 and bytes(16) not in ivs
