@@ -232,7 +232,8 @@ class RecordIO:
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Ciphertext from the peer into the incoming BIO (a memory BIO takes everything). After a feed of more
         than ``_RENEW_ABOVE`` bytes, the next ``read`` that empties the BIO renews it (``_renew_into``)."""
-        if _BIO_write(self._into, _from_buffer(data), len(data)) <= 0 and len(data):
+        # bytes go to cffi as they are; from_buffer (for a bytearray or memoryview) parses keyword arguments
+        if _BIO_write(self._into, data if type(data) is bytes else _from_buffer(data), len(data)) <= 0 and len(data):
             self._conn.bio_write(data)  # never expected: let pyOpenSSL build the error
         if len(data) > _RENEW_ABOVE:
             self._fed_big = True
@@ -258,7 +259,7 @@ class RecordIO:
     def write(self, data: bytes | bytearray | memoryview) -> int:
         """Encrypt into the outgoing BIO; the bytes taken. Raises ``SSL.WantReadError`` mid post-handshake
         message and ``SSL.Error`` on failure."""
-        n = _SSL_write(self._ssl, _from_buffer(data), len(data))
+        n = _SSL_write(self._ssl, data if type(data) is bytes else _from_buffer(data), len(data))
         if n > 0:
             return n
         self._conn._raise_ssl_error(self._ssl, n)
