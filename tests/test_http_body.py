@@ -1,4 +1,5 @@
-"""Request-body bounds (sentin8/http/body.py) and reading llhttp's chunk size (sentin8/http/llhttp_private.py)."""
+"""Request-body bounds (sentin8/http/body.py) and reading llhttp's chunk size and HTTP version
+(sentin8/http/llhttp_private.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from sentin8.http import llhttp_private
 from sentin8.http.body import MAX_CHUNK_SIZE, body_over_limit, chunk_size_acceptable
-from sentin8.http.llhttp_private import chunk_size_view
+from sentin8.http.llhttp_private import VERSIONS, chunk_size_view, version_view
 
 
 def test_chunk_size_bounds():
@@ -98,3 +99,36 @@ def test_a_view_is_refused_for_an_object_that_is_not_a_request_parser():
         pass
 
     assert chunk_size_view(NotAParser()) is None  # type: ignore[arg-type]
+
+
+class _Versions:
+    def __init__(self) -> None:
+        self.parser = httptools.HttpRequestParser(self)
+        self.view = version_view(self.parser)
+        self.seen: list[tuple[str | None, str]] = []
+
+    def on_headers_complete(self) -> None:
+        assert self.view is not None
+        self.seen.append((VERSIONS.get(self.view.value), self.parser.get_http_version()))
+
+
+def test_the_version_view_names_what_the_parser_formats():
+    """Pipelined on one parser: each head's view names the version get_http_version formats; a version outside
+    VERSIONS (llhttp takes 0.9 and 2.0 request lines too) reads as no name, so the caller asks the parser."""
+    v = _Versions()
+    v.parser.feed_data(
+        b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+        b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.0\r\n\r\n"
+    )
+    assert v.seen == [("1.1", "1.1"), ("1.0", "1.0"), ("1.1", "1.1"), ("1.0", "1.0")]
+    other = _Versions()
+    try:
+        other.parser.feed_data(b"GET / HTTP/2.0\r\nHost: a\r\n\r\n")
+    except httptools.HttpParserError:
+        pass  # a build that refuses it has nothing to name
+    assert all(name is None and version not in ("1.0", "1.1") for name, version in other.seen)
+
+
+def test_no_view_for_an_object_that_is_not_a_parser():
+    assert version_view(object()) is None  # type: ignore[arg-type]
+    assert chunk_size_view(object()) is None  # type: ignore[arg-type]

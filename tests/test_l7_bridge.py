@@ -1039,6 +1039,20 @@ def test_http10_client_gets_close(start, backend):
     settled(proxy)
 
 
+def test_http10_after_keep_alive_requests_gets_close(start, backend):
+    """The connection's third head is read through the parser's version view (reader.py makes it at the
+    second): an HTTP/1.0 request there is answered as 1.0, unchunked, and the connection closes after it."""
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    assert c.request(get("/one")).status == 200
+    assert c.request(get("/two")).status == 200
+    c.send(b"GET /chunked HTTP/1.0\r\nHost: shop.example.com\r\n\r\n")
+    r = c.response()
+    assert r.header("transfer-encoding") is None and r.body == b"part-0;part-1;part-2;part-3;part-4;"
+    assert c.closed()
+    settled(proxy)
+
+
 def test_slowloris_closed_by_header_deadline(start, backend):
     proxy = start(make_table([backend]), cfg=make_cfg(header_timeout_s=0.5))
     c = proxy.client()

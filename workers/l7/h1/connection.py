@@ -70,6 +70,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         self._lingered = 0  # bytes read and dropped since the lingering close began
         self._body_cap = cfg.limits.max_request_body_bytes
         self._chunk_size = None  # a view of the parser's chunk size (reader.py), made at the first chunk
+        self._version = None  # a view of the parser's HTTP version (reader.py), made at the second head
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
         self._req: Request | None = None  # the request whose head or body is being parsed
@@ -225,7 +226,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         self._upgrade_req = None
         # the parser holds our bound callbacks: without it, a closed connection is freed by refcount alone
         self._parser = _CLOSED_PARSER
-        self._chunk_size = None  # it viewed the old parser's memory
+        self._chunk_size = self._version = None  # they viewed the old parser's memory
 
     def pause_writing(self) -> None:
         self._write_paused = True

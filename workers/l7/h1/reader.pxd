@@ -12,7 +12,7 @@ cdef class RequestReader(ResponseWriter):
     cdef dict __dict__
     cdef public object client_addr, scheme
     cdef public Request _req, _upgrade_req
-    cdef public object _read, _feeding, _parser, _chunk_size, _tunnel
+    cdef public object _read, _feeding, _parser, _chunk_size, _version, _tunnel
     cdef public object _drain_timer, _drain_grace, _header_timeout, _idle_timeout
     cdef public object _queue, _idle_since, _send_timeout, _send_timer, _linger_timer  # connection.py's own
     cdef public Py_ssize_t _lingered

@@ -20,7 +20,7 @@ import httptools
 from sentin8 import refusals
 from sentin8.http.body import body_over_limit, chunk_size_acceptable
 from sentin8.http.framing import HeaderBudget, HeadError, request_line_is_http, validate_request
-from sentin8.http.llhttp_private import chunk_size_view
+from sentin8.http.llhttp_private import VERSIONS, chunk_size_view, version_view
 
 from ... import deadline
 from ..contract import L7Context
@@ -31,6 +31,8 @@ from .writer import ResponseWriter
 log = logging.getLogger("sentin8.l7")
 
 _NO_VIEW = ctypes.c_uint64(0)  # chunk sizes cannot be read (llhttp_private): every chunk looks small
+_NO_VERSION = ctypes.c_uint16(0)  # versions cannot be read so (llhttp_private): the parser formats each one
+_VIEW_NEXT = ctypes.c_uint16(0)  # the first head was formatted by the parser: the second makes the view
 
 
 class RequestReader(ResponseWriter):
@@ -51,6 +53,7 @@ class RequestReader(ResponseWriter):
     _deadline: deadline.Deadline
     _body_cap: int  # limits.max_request_body_bytes (0 = none)
     _chunk_size: ctypes.c_uint64 | None  # the parser's current chunk size, looked up at the first chunk
+    _version: ctypes.c_uint16 | None  # the parser's HTTP version, looked up at the second head
 
     def _enqueue(self, req: Request) -> None:
         raise NotImplementedError
@@ -102,7 +105,14 @@ class RequestReader(ResponseWriter):
         self._progress = True
         p = self._parser
         raw, req.line_raw = req.line_raw, []
-        version = p.get_http_version()
+        view = self._version
+        if view is None:  # the connection's first head: a view costs two of get_http_version's formattings
+            self._version = _VIEW_NEXT
+            version = p.get_http_version()
+        else:
+            if view is _VIEW_NEXT:
+                view = self._version = version_view(p) or _NO_VERSION
+            version = VERSIONS.get(view.value) or p.get_http_version()
         if not request_line_is_http(raw[0] if len(raw) == 1 else b"".join(raw), p.get_method(), req.url):
             self._reject(400)  # RTSP/1.x or ICE/1.0: llhttp reports them as HTTP versions, but they are not HTTP
             raise Stop
