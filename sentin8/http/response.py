@@ -160,7 +160,7 @@ def status_line_acceptable(raw: bytes, index: int, status: int) -> bool:
     """
     if not 100 <= status <= 599:
         return False
-    if index == 0 and raw.startswith(_HTTP1):
+    if index == 0 and raw[:9] in _HTTP1:  # a slice and a tuple scan: startswith parses its arguments per call
         return True  # nearly every response
     at = _past_empty_lines(raw, 0)
     for _ in range(index):
