@@ -245,7 +245,7 @@ class RecordIO:
         buf = _scratch()
         n = _SSL_read(self._ssl, buf, _SCRATCH)
         if n > 0:
-            return _buffer(buf, n)[:]
+            return _unpack(buf, n)
         err = _SSL_get_error(self._ssl, n)
         if err == _WANT_READ:
             if self._fed_big and not _BIO_get_mem_data(self._into, _ffi.NULL):
@@ -272,14 +272,14 @@ class RecordIO:
         n = _BIO_read(self._from, buf, _SCRATCH)
         if n <= 0:
             return b""  # an empty memory BIO: nothing to send
-        out = _buffer(buf, n)[:]
+        out = _unpack(buf, n)
         if n < _SCRATCH:
             if n > _RENEW_ABOVE:
                 self._renew_out()
             return out
         parts = [out]  # more than one scratch buffer's worth (rare: a big write, a handshake flight)
         while (n := _BIO_read(self._from, buf, _SCRATCH)) > 0:
-            parts.append(_buffer(buf, n)[:])
+            parts.append(_unpack(buf, n))
         self._renew_out()
         return b"".join(parts)
 
@@ -321,7 +321,7 @@ _HOST_NAME = SSL._lib.TLSEXT_NAMETYPE_host_name
 # dictionary lookup per call
 _SSL_read, _SSL_write, _SSL_get_error = _lib.SSL_read, _lib.SSL_write, _lib.SSL_get_error
 _BIO_read, _BIO_write, _BIO_get_mem_data = _lib.BIO_read, _lib.BIO_write, _lib.BIO_get_mem_data
-_from_buffer, _buffer = _ffi.from_buffer, _ffi.buffer
+_from_buffer, _unpack = _ffi.from_buffer, _ffi.unpack  # unpack: the bytes at once, no buffer object first
 
 
 # -- the handshake's key shares, freed once it is done ---------------------------------------------------

@@ -13,7 +13,7 @@ cdef class WorkerCounters:
     cpdef add_gauge(self, name, delta)
     @cython.locals(w="unsigned long long[::1]", row=Py_ssize_t, i=Py_ssize_t, us="unsigned long long",
                    epoch="unsigned long long", s=Py_ssize_t)
-    cpdef request(self, sidx, status, seconds)
+    cpdef request(self, Py_ssize_t sidx, Py_ssize_t status, double seconds)  # C values: no int objects per request
     @cython.locals(w="unsigned long long[::1]", index=Py_ssize_t, offset=Py_ssize_t)
     cpdef upstream(self, sidx, name)
     @cython.locals(w="unsigned long long[::1]", i=Py_ssize_t)
