@@ -15,6 +15,7 @@ closes it instead drops it from the set first.
 
 from __future__ import annotations
 
+import _socket
 import asyncio
 import errno
 import functools
@@ -55,20 +56,22 @@ class ConnectAttempt:
         family: int,
         addr: tuple,
         deadline: float,
-        on_done: Callable[[socket.socket | None, OSError | None], None],
+        on_done: Callable[[_socket.socket | None, OSError | None], None],
     ) -> None:
         self.poll = poll
         self.family = family
         self.addr = addr
         self.deadline = deadline
         self.on_done = on_done
-        self.sock: socket.socket | None = None
+        self.sock: _socket.socket | None = None
         self.timer: TimerEntry | asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         loop = self.poll.loop
         try:
-            sock = self.sock = socket.socket(self.family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+            # the C socket type: socket.py's subclass adds nothing the pipe uses, and its __init__ and close are
+            # interpreted calls, per L4 connection (a backend socket never goes to uvloop, which wants socket.socket)
+            sock = self.sock = _socket.socket(self.family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
             err = sock.connect_ex(self.addr)
         except OSError as exc:
             loop.call_soon(self._failed, exc)
@@ -123,7 +126,7 @@ class BackendConnect:
         backends: Backends,
         order: list[Instance],
         timeout: float,
-        on_done: Callable[[Instance | None, socket.socket | None], None],
+        on_done: Callable[[Instance | None, _socket.socket | None], None],
     ) -> None:
         self.poll = poll
         self.backends = backends
@@ -155,7 +158,7 @@ class BackendConnect:
             return
         self._attempted(sock, None)
 
-    def _attempted(self, sock: socket.socket | None, error: OSError | None) -> None:
+    def _attempted(self, sock: _socket.socket | None, error: OSError | None) -> None:
         inst = self.trying
         assert inst is not None
         if sock is None:
@@ -168,11 +171,11 @@ class BackendConnect:
 
 async def connect_first(
     poll: PollSet, backends: Backends, order: list[Instance], timeout: float
-) -> tuple[Instance, socket.socket] | None:
+) -> tuple[Instance, _socket.socket] | None:
     """``BackendConnect`` awaited: the first instance that answers with its socket, None when none does."""
-    done: asyncio.Future[tuple[Instance, socket.socket] | None] = poll.loop.create_future()
+    done: asyncio.Future[tuple[Instance, _socket.socket] | None] = poll.loop.create_future()
 
-    def finished(inst: Instance | None, sock: socket.socket | None) -> None:
+    def finished(inst: Instance | None, sock: _socket.socket | None) -> None:
         if done.cancelled():
             if sock is not None:
                 poll.drop(sock.fileno())
@@ -184,7 +187,7 @@ async def connect_first(
     return await done
 
 
-async def connect_tcp(poll: PollSet, host: str, port: int, timeout: float) -> socket.socket:
+async def connect_tcp(poll: PollSet, host: str, port: int, timeout: float) -> _socket.socket:
     """A connected non-blocking socket with TCP_NODELAY, still in ``poll`` (disarmed); raises OSError or
     TimeoutError (after ``timeout`` seconds in all, the lookup included)."""
     loop = poll.loop
@@ -206,11 +209,11 @@ async def connect_tcp(poll: PollSet, host: str, port: int, timeout: float) -> so
     raise last
 
 
-async def _connect_addr(poll: PollSet, family: int, addr: tuple, deadline: float) -> socket.socket:
+async def _connect_addr(poll: PollSet, family: int, addr: tuple, deadline: float) -> _socket.socket:
     """``ConnectAttempt`` awaited."""
-    done: asyncio.Future[socket.socket] = poll.loop.create_future()
+    done: asyncio.Future[_socket.socket] = poll.loop.create_future()
 
-    def finished(sock: socket.socket | None, error: OSError | None) -> None:
+    def finished(sock: _socket.socket | None, error: OSError | None) -> None:
         if done.cancelled():  # the lookup's deadline or the caller gave up: the socket is nobody's
             if sock is not None:
                 poll.drop(sock.fileno())

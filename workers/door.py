@@ -16,6 +16,7 @@ close (a FIN the peer can read, not a reset) and releases the hold, exactly once
 
 from __future__ import annotations
 
+import _socket
 import asyncio
 import socket
 from collections.abc import Awaitable, Callable
@@ -267,7 +268,7 @@ class Arrival:
         refuse_hello(self.conn)
         self._end()
 
-    def _connected(self, inst: Instance | None, backend: socket.socket | None) -> None:
+    def _connected(self, inst: Instance | None, backend: _socket.socket | None) -> None:
         """The backend answered (``backend``) or none did. An instance whose ``proxy_protocol`` is "v2" first
         gets a PROXY v2 header: the client (the peer, or the client a trusted balancer named) to the balancer's
         destination, else the address this connection reached."""

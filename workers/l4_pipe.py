@@ -15,6 +15,7 @@ the connections that are moving data, not with the connections that exist.
 
 from __future__ import annotations
 
+import _socket
 import errno
 import fcntl
 import os
@@ -29,6 +30,7 @@ SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 PIPE_SIZE = 1 << 20
 CHUNK = 1 << 20
 _RETRY = (errno.EAGAIN, errno.EINTR)
+_close = _socket.socket.close  # also for the accepted socket.socket: nothing here made a file of it (makefile)
 
 
 class PipePool:
@@ -83,7 +85,7 @@ class _Direction:
         "writing",
     )
 
-    def __init__(self, owner: SplicePipe, src: socket.socket, dst: socket.socket, pool: PipePool) -> None:
+    def __init__(self, owner: SplicePipe, src: _socket.socket, dst: _socket.socket, pool: PipePool) -> None:
         self.owner = owner
         self.src, self.dst = src, dst
         self.src_fd, self.dst_fd = src.fileno(), dst.fileno()
@@ -171,8 +173,8 @@ class SplicePipe:
     def __init__(
         self,
         poll: PollSet,
-        client: socket.socket,
-        backend: socket.socket,
+        client: _socket.socket,
+        backend: _socket.socket,
         pipes: PipePool,
         on_close: Callable[[SplicePipe], None],
     ) -> None:
@@ -256,6 +258,6 @@ class SplicePipe:
         self.poll.forget(self._backend_fd)
         for d in (self.upstream, self.downstream):
             d.release()
-        self.client.close()
-        self.backend.close()
+        _close(self.client)  # the C close: socket.py's close and _real_close are interpreted, per connection
+        _close(self.backend)
         self.on_close(self)
