@@ -98,12 +98,12 @@ class _Probe:
             self.parser = None  # type: ignore[assignment]  # the parser holds the probe's bound callbacks
 
     def on_headers_complete(self) -> None:
-        address = _struct_of(self.parser)
-        self.version = None if address is None else ctypes.c_uint16.from_address(address + _VERSION_AT).value
+        view = _field(self.parser, ctypes.c_uint16, _VERSION_AT)
+        self.version = None if view is None else view.value
 
     def on_chunk_header(self) -> None:
-        address = _struct_of(self.parser)
-        self.seen = None if address is None else ctypes.c_uint64.from_address(address + _LENGTH_AT).value
+        view = _field(self.parser, ctypes.c_uint64, _LENGTH_AT)
+        self.seen = None if view is None else view.value
 
 
 @cache
@@ -120,23 +120,21 @@ def layout_verified() -> bool:
     return True
 
 
+def _field(
+    parser: httptools.HttpRequestParser, ctype: type[ctypes._SimpleCData], at: int
+) -> ctypes._SimpleCData | None:
+    """A ``ctype`` view of the field ``at`` bytes into ``parser``'s struct, when ``_struct_of`` finds it."""
+    address = _struct_of(parser)
+    return None if address is None else ctype.from_address(address + at)
+
+
 def chunk_size_view(parser: httptools.HttpRequestParser) -> ctypes.c_uint64 | None:
     """A live view of ``parser``'s current chunk size (read ``.value`` inside ``on_chunk_header``), or None
     when the layout cannot be verified. Valid while ``parser`` lives: drop it with the parser."""
-    if not layout_verified():
-        return None
-    address = _struct_of(parser)
-    if address is None:
-        return None
-    return ctypes.c_uint64.from_address(address + _LENGTH_AT)
+    return _field(parser, ctypes.c_uint64, _LENGTH_AT) if layout_verified() else None
 
 
 def version_view(parser: httptools.HttpRequestParser) -> ctypes.c_uint16 | None:
     """A live view of ``parser``'s HTTP version (read ``.value`` inside ``on_headers_complete``: a key of
     ``VERSIONS``), or None when the layout cannot be verified. Valid while ``parser`` lives."""
-    if not layout_verified():
-        return None
-    address = _struct_of(parser)
-    if address is None:
-        return None
-    return ctypes.c_uint16.from_address(address + _VERSION_AT)
+    return _field(parser, ctypes.c_uint16, _VERSION_AT) if layout_verified() else None
