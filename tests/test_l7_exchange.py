@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import sentin8
 from sentin8 import routing
 from sentin8.config import Config
 from sentin8.http.framing import HeaderBudget, validate_request
@@ -142,6 +143,20 @@ FACTS = ConnectionFacts(
     protocol="h1",
 )
 
+
+
+def test_connection_facts_are_what_was_given_and_read_only_once_compiled() -> None:
+    assert (FACTS.client_ip, FACTS.scheme, FACTS.sni, FACTS.tls, FACTS.tls_version) == (
+        "203.0.113.9", "https", "shop.example.com", True, "TLSv1.3",
+    )
+    assert (FACTS.client_cert, FACTS.external, FACTS.acme_only, FACTS.refuse_status, FACTS.protocol) == (
+        None, True, False, 0, "h1",
+    )
+    assert "sni='shop.example.com'" in repr(FACTS)
+    if sentin8.BUILD == "compiled":  # a C struct whose fields nothing can write after __init__
+        with pytest.raises(AttributeError):
+            FACTS.sni = "other.example.com"  # type: ignore[misc]
+        assert FACTS.sni == "shop.example.com"
 
 class Client(Downstream):
     """A client side of one request: every event the exchange sends, as the HTTP/1.1 bytes it would write."""

@@ -2,6 +2,7 @@
 # source). The exchange reads every outcome's fields; admit reads ~15 fields of the head: struct members.
 from sentin8.http.framing cimport RequestHead
 from workers.l7.contract cimport L7Context
+from workers.l7.downstream cimport ConnectionFacts
 
 cdef class Refuse:
     cdef public object headers, host, service
@@ -13,4 +14,4 @@ cdef class Admitted:
     cdef public Py_ssize_t sidx
     cdef public bint inspect
 
-cpdef object admit(L7Context ctx, object facts, RequestHead head)
+cpdef object admit(L7Context ctx, ConnectionFacts facts, RequestHead head)

@@ -4,6 +4,14 @@
 # request makes, C calls through the vtable (a test's Python subclass still overrides them).
 from workers.l7.contract cimport L7Context
 
+# What a client connection is (SNI, TLS, client address...): made once per connection, read by admission per
+# request; read-only once made.
+cdef class ConnectionFacts:
+    cdef readonly str client_ip, scheme, protocol
+    cdef readonly object sni, tls_version, client_cert
+    cdef readonly bint tls, external, acme_only
+    cdef readonly Py_ssize_t refuse_status
+
 cdef class Downstream:
     cdef public L7Context ctx
     cdef public object loop, facts

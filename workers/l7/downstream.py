@@ -24,7 +24,6 @@ the upstream pool, the relay and the accounting are one code path.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sentin8.http.headers import Header
@@ -38,20 +37,44 @@ if TYPE_CHECKING:
     from .request import Request
 
 
-@dataclass(frozen=True, slots=True)
 class ConnectionFacts:
-    """One client connection, as admission and accounting see it; built once when the connection is made."""
+    """One client connection, as admission and accounting see it; built once when the connection is made and
+    never changed. Made for every connection, so a plain class: compiled, a C struct with read-only fields
+    (``downstream.pxd``: nothing can write them after ``__init__``) that admission reads as struct members. A
+    frozen dataclass's generated ``__init__`` was interpreted Python, ~19k instructions per connection."""
 
-    client_ip: str
-    scheme: str  # "https" on :443, "http" on :80
-    sni: str | None  # lower-case, without a trailing dot; None: none sent (or not TLS)
-    tls: bool  # over the TLS layer: SNI is the routing key and must be present
-    tls_version: str | None
-    client_cert: bytes | None  # DER, when the client sent one
-    external: bool  # outside network.internal_cidrs
-    acme_only: bool  # the :80 listener: only ACME challenges are served
-    refuse_status: int  # answer every request with this status and close (over the per-client cap); 0 = no
-    protocol: str  # "h1" or "h2"
+    __slots__ = (
+        "acme_only", "client_cert", "client_ip", "external", "protocol", "refuse_status", "scheme", "sni", "tls",
+        "tls_version",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        client_ip: str,
+        scheme: str,
+        sni: str | None,
+        tls: bool,
+        tls_version: str | None,
+        client_cert: bytes | None,
+        external: bool,
+        acme_only: bool,
+        refuse_status: int,
+        protocol: str,
+    ) -> None:
+        self.client_ip = client_ip
+        self.scheme = scheme  # "https" on :443, "http" on :80
+        self.sni = sni  # lower-case, without a trailing dot; None: none sent (or not TLS)
+        self.tls = tls  # over the TLS layer: SNI is the routing key and must be present
+        self.tls_version = tls_version
+        self.client_cert = client_cert  # DER, when the client sent one
+        self.external = external  # outside network.internal_cidrs
+        self.acme_only = acme_only  # the :80 listener: only ACME challenges are served
+        self.refuse_status = refuse_status  # answer every request with it and close (over the per-client cap); 0: no
+        self.protocol = protocol  # "h1" or "h2"
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in sorted(self.__slots__))
+        return f"ConnectionFacts({fields})"
 
     @classmethod
     def of(
@@ -73,16 +96,16 @@ class ConnectionFacts:
         version = transport.get_extra_info("tls_version")
         cert = transport.get_extra_info("peercert") if version is not None else None
         return cls(
-            client_ip=str(addr[0]) if addr else "",
-            scheme=scheme,
-            sni=sni.lower().rstrip(".") if sni else None,
-            tls=version is not None,
-            tls_version=version,
-            client_cert=bytes(cert) if isinstance(cert, bytes | bytearray) else None,
-            external=external,
-            acme_only=acme_only,
-            refuse_status=refuse_status,
-            protocol=protocol,
+            str(addr[0]) if addr else "",
+            scheme,
+            sni.lower().rstrip(".") if sni else None,
+            version is not None,
+            version,
+            bytes(cert) if isinstance(cert, bytes | bytearray) else None,
+            external,
+            acme_only,
+            refuse_status,
+            protocol,
         )
 
 
