@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from cryptography.x509.oid import NameOID
 
+from sentin8 import certstore
 from sentin8.certpair import FULLCHAIN, PRIVKEY, UnusableCertificate, parse_pair, self_signed_mldsa65, write_pair
 from sentin8.certstore import CertStore, normalize_hostname
 
@@ -99,6 +100,20 @@ def put_classical(store: CertStore, dirname: str) -> None:
 )
 def test_normalize_hostname(raw: str | bytes | None, want: str | None) -> None:
     assert normalize_hostname(raw) == want
+
+
+def test_normalize_hostname_answers_the_same_the_second_time_and_its_memo_stays_bounded() -> None:
+    # Asked per handshake, the answer is remembered per raw name: a remembered answer is the first one, for
+    # valid and invalid names, str and bytes alike; a flood of distinct names never grows the memo past its cap.
+    names = ["Shop.Example.COM.", b"shop.example.com", "../etc", b"\xff.example.com", "", "*.example.com"]
+    first = [normalize_hostname(n) for n in names]
+    assert [normalize_hostname(n) for n in names] == first == [
+        "shop.example.com", "shop.example.com", None, None, None, None,
+    ]
+    for i in range(certstore._NAMES_KEPT * 2 + 7):
+        assert normalize_hostname(f"h{i}.Example.com") == f"h{i}.example.com"
+        assert len(certstore._names) <= certstore._NAMES_KEPT
+    assert [normalize_hostname(n) for n in names] == first  # forgotten and asked again: the same answers
 
 
 def test_exact_then_wildcard(store: CertStore) -> None:
