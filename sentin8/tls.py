@@ -7,15 +7,26 @@ fails the handshake, with no fallback. The two restrictions and the few other ca
 API for go through ``OpenSSL.SSL._lib`` in this module only.
 
 Per-SNI certificates: the front context's servername callback swaps the connection to a per-certificate
-context (``Connection.set_context``). Measured on this machine with ML-DSA-65: swapping a prebuilt context
-costs 1.1 µs, ``SSL_use_certificate`` + ``SSL_use_PrivateKey`` on the connection 2.7 µs (31 µs through
-pyOpenSSL's public per-connection API, which re-encodes the certificate each time), against ~1.7 ms for the
-whole handshake pair; the swap also carries the intermediate chain, which has no per-connection setter in
-pyOpenSSL. Session tickets are sealed with the front context's keys, so resumption works across the swap.
+context (``SSL_set_SSL_CTX``, what pyOpenSSL's ``Connection.set_context`` calls). Measured on this machine
+with ML-DSA-65: swapping a prebuilt context costs 1.1 µs, ``SSL_use_certificate`` + ``SSL_use_PrivateKey`` on
+the connection 2.7 µs (31 µs through pyOpenSSL's public per-connection API, which re-encodes the certificate
+each time), against ~1.7 ms for the whole handshake pair; the swap also carries the intermediate chain, which
+has no per-connection setter in pyOpenSSL. Session tickets are sealed with the front context's keys, so
+resumption works across the swap.
+
+A server-side connection is an SSL object made here (``RecordIO.accepting``), not a pyOpenSSL ``Connection``:
+that one is interpreted Python per connection (its constructor, a weak-reference registry to find it from
+its callbacks, the servername and ALPN callback wrappers, the error check after every handshake step; ~38k
+instructions per resumed connection, callgrind). So the server contexts' callbacks are C callbacks that need
+no Python connection object (``SNIContexts``'s servername callback, ``_on_alpn``), and each lives as long as
+the process or the worker: an SSL object keeps its context's ``SSL_CTX`` alive (OpenSSL counts the reference),
+and nothing it can call back into dies with that context's Python object. The client side (upstream TLS, the
+probe) keeps pyOpenSSL's ``Connection``: sessions to resume, verification settings, few connections.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import ipaddress
 import logging
@@ -26,6 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from OpenSSL import SSL, crypto
+from OpenSSL._util import exception_from_error_queue
 
 from sentin8 import openssl_private
 from sentin8.certpair import ServerCert, openssl_reason
@@ -62,11 +74,6 @@ class TLSSetupError(RuntimeError):
 NO_APPLICATION_PROTOCOL_REASON = "tls: no application protocol"  # the handshake-error reason, as the layer words it
 
 
-class NoApplicationProtocol(SSL.Error):
-    """The client's ALPN list names no protocol the edge speaks: the handshake ends with the
-    ``no_application_protocol`` alert (RFC 7301 §3.2)."""
-
-
 def select_protocol(offered: Sequence[bytes], served: Sequence[bytes] = SERVED_PROTOCOLS) -> bytes | None:
     """The server's ALPN choice: its own most preferred protocol that the client offered, or None."""
     for proto in served:
@@ -75,16 +82,55 @@ def select_protocol(offered: Sequence[bytes], served: Sequence[bytes] = SERVED_P
     return None
 
 
-def _alpn_selector(served: Sequence[bytes]) -> Callable[[SSL.Connection, list[bytes]], bytes]:
-    def on_alpn(_conn: SSL.Connection, offered: list[bytes]) -> bytes:
-        chosen = select_protocol(offered, served)
-        if chosen is None:
-            # pyOpenSSL turns an exception into SSL_TLSEXT_ERR_ALERT_FATAL (OpenSSL then sends
-            # no_application_protocol) and re-raises it from do_handshake; "no overlap" would only skip ALPN.
-            raise NoApplicationProtocol([("SSL routines", "", "no application protocol")])
-        return chosen
+def _offered_protocols(wire: bytes) -> dict[bytes, int]:
+    """The client's ALPN list (RFC 7301 §3.1: length-prefixed names; OpenSSL checked its framing) as each
+    name's offset in ``wire``; a name offered twice keeps its first offset."""
+    offered: dict[bytes, int] = {}
+    pos = 0
+    end = len(wire)
+    while pos < end:
+        size = wire[pos]
+        name = wire[pos + 1 : pos + 1 + size]
+        if len(name) != size or not size:
+            break  # never with OpenSSL's check; a cut name is not offered
+        offered.setdefault(name, pos + 1)
+        pos += 1 + size
+    return offered
 
-    return on_alpn
+
+def _on_alpn(_ssl: object, out: object, outlen: object, wire: object, wire_len: int, arg: object) -> int:
+    """OpenSSL's ALPN selection for every server context (``SSL_CTX_set_alpn_select_cb``): the first of the
+    context's protocols (``arg``) that the client offered, pointed at inside the client's list (OpenSSL copies
+    it at once). None in common: the handshake ends with the ``no_application_protocol`` alert and OpenSSL's
+    error "no application protocol" (RFC 7301 §3.2), where "no overlap" (NOACK) would only skip ALPN."""
+    offered = _offered_protocols(_ffi.buffer(wire, wire_len)[:])
+    chosen = select_protocol(offered, _ffi.from_handle(arg))
+    if chosen is None:
+        return _ALPN_FATAL
+    out[0] = wire + offered[chosen]  # type: ignore[index,operator]
+    outlen[0] = len(chosen)  # type: ignore[index]
+    return _ALPN_OK
+
+
+_ALPN_OK = SSL._lib.SSL_TLSEXT_ERR_OK
+_ALPN_FATAL = SSL._lib.SSL_TLSEXT_ERR_ALERT_FATAL
+# One C callback for the process, whatever the context: the served list is its argument (a handle per
+# distinct list, kept as long as the process), so no context's callback dies with its Python object.
+_ALPN_CALLBACK = SSL._ffi.callback(
+    "int (*)(SSL *, unsigned char **, unsigned char *, const unsigned char *, unsigned int, void *)",
+    _on_alpn,
+    error=_ALPN_FATAL,  # an exception in the callback: refuse rather than guess
+)
+_alpn_lists: dict[tuple[bytes, ...], object] = {}
+
+
+def select_alpn(ctx: SSL.Context, protocols: Sequence[bytes]) -> None:
+    """Make ``ctx`` choose from ``protocols`` (its order of preference) by ALPN."""
+    served = tuple(protocols)
+    handle = _alpn_lists.get(served)
+    if handle is None:
+        handle = _alpn_lists[served] = SSL._ffi.new_handle(served)
+    SSL._lib.SSL_CTX_set_alpn_select_cb(ctx._context, _ALPN_CALLBACK, handle)
 
 
 # -- the calls pyOpenSSL has no public API for ---------------------------------------------------------
@@ -140,7 +186,8 @@ def session_reused(conn: SSL.Connection) -> bool:
 
 # What every new connection asks of its SSL object (its SNI, version, client certificate, ALPN), read straight
 # through cffi: pyOpenSSL's getters are interpreted Python, a few of them per connection (this module is
-# compiled). Each answers what the pyOpenSSL getter of the same name answers.
+# compiled). Each answers what the pyOpenSSL getter of the same name answers. ``conn`` is whatever holds the
+# SSL object as ``_ssl``: a ``RecordIO`` (a server connection) or pyOpenSSL's ``Connection``.
 
 
 def servername(conn: SSL.Connection) -> bytes | None:
@@ -161,6 +208,40 @@ def has_peer_certificate(conn: SSL.Connection) -> bool:
         return False
     _lib.X509_free(cert)  # SSL_get_peer_certificate gives a reference
     return True
+
+
+def group_name(conn: SSL.Connection | RecordIO) -> str | None:
+    """The key exchange group, e.g. ``"X25519MLKEM768"`` (``get_group_name``); None before a session exists."""
+    ssl = conn._ssl
+    if _lib.SSL_get_session(ssl) == _ffi.NULL:  # SSL_get0_group_name needs an established session
+        return None
+    name = _lib.SSL_get0_group_name(ssl)
+    return None if name == _ffi.NULL else _ffi.string(name).decode("utf-8")
+
+
+def cipher_name(conn: SSL.Connection | RecordIO) -> str | None:
+    """The cipher suite, e.g. ``"TLS_AES_256_GCM_SHA384"`` (``get_cipher_name``); None before one is chosen."""
+    cipher = _lib.SSL_get_current_cipher(conn._ssl)
+    return None if cipher == _ffi.NULL else _ffi.string(_lib.SSL_CIPHER_get_name(cipher)).decode("utf-8")
+
+
+def peer_certificate_der(conn: SSL.Connection | RecordIO) -> bytes | None:
+    """The certificate the peer presented, DER; None without one."""
+    cert = _lib.SSL_get_peer_certificate(conn._ssl)
+    if cert == _ffi.NULL:
+        return None
+    bio = _lib.BIO_new(_lib.BIO_s_mem())
+    try:
+        if bio == _ffi.NULL or _lib.i2d_X509_bio(bio, cert) != 1:
+            _lib.ERR_clear_error()
+            return None
+        data = _ffi.new("char **")
+        size = _BIO_get_mem_data(bio, data)
+        return _ffi.buffer(data[0], size)[:]
+    finally:
+        if bio != _ffi.NULL:
+            _lib.BIO_free(bio)
+        _lib.X509_free(cert)  # SSL_get_peer_certificate gives a reference
 
 
 def alpn_selected(conn: SSL.Connection) -> bytes | None:
@@ -203,27 +284,60 @@ class RecordIO:
     pyOpenSSL's ``recv``/``send``/``bio_read`` allocate a fresh buffer per call, run ``SSL_get_error`` even
     on success, and report "nothing more" by raising ``WantReadError`` (a traceback per read and per drain):
     measured ~40% of the TLS layer's per-request cost. Here the common outcomes are return values; the rare
-    ones (a real error, close_notify) still raise pyOpenSSL's own exceptions, built by pyOpenSSL. The
-    handshake steps too (``handshake``); everything else stays on the public pyOpenSSL API.
+    ones (a real error, close_notify) raise pyOpenSSL's own exceptions (``_raise_ssl_error``).
+
+    Server side, it owns its SSL object (``accepting``: no pyOpenSSL ``Connection``, see the module docstring),
+    and it is what the TLS layer hands out as the connection. Client side, it runs the records of a pyOpenSSL
+    ``Connection`` (``RecordIO(conn)``), which owns the SSL object and keeps the rest of its API.
     """
 
-    __slots__ = ("_conn", "_fed_big", "_from", "_into", "_ssl")
+    __slots__ = ("_fed_big", "_from", "_into", "_owner", "_ssl")
 
     def __init__(self, conn: SSL.Connection) -> None:
-        self._conn = conn
+        self._owner: SSL.Connection | None = conn  # frees the SSL object (and its BIOs) when it goes
         self._ssl = conn._ssl
         self._into = conn._into_ssl
         self._from = conn._from_ssl
         self._fed_big = False  # a feed above _RENEW_ABOVE grew the incoming BIO since it was last renewed
 
+    @classmethod
+    def accepting(cls, context: SSL.Context) -> RecordIO:
+        """A new server-side SSL object of ``context`` over two memory BIOs, in accept state, owned by the
+        returned RecordIO (freed with it). What pyOpenSSL's ``Connection(context, None)`` and
+        ``set_accept_state`` do, AUTO_RETRY included, without their Python."""
+        ssl = _lib.SSL_new(context._context)
+        if ssl == _ffi.NULL:
+            raise exception_from_error_queue(SSL.Error)
+        ssl = _ffi.gc(ssl, _lib.SSL_free)
+        into = _lib.BIO_new(_lib.BIO_s_mem())
+        out = _lib.BIO_new(_lib.BIO_s_mem())
+        if into == _ffi.NULL or out == _ffi.NULL:
+            for bio in (into, out):
+                if bio != _ffi.NULL:
+                    _lib.BIO_free(bio)
+            raise MemoryError("BIO_new")
+        _lib.SSL_set_bio(ssl, into, out)  # the SSL object owns both from here
+        _lib.SSL_set_mode(ssl, _lib.SSL_MODE_AUTO_RETRY)
+        _lib.SSL_set_accept_state(ssl)
+        io = cls.__new__(cls)
+        io._owner = None
+        io._ssl = ssl
+        io._into = into
+        io._from = out
+        io._fed_big = False
+        return io
+
     def handshake(self) -> bool:
         """One handshake step: True once complete, False when OpenSSL needs more ciphertext (no
-        ``WantReadError`` built per flight). Raises what pyOpenSSL's ``do_handshake`` raises otherwise; on
-        success its check runs too, so a callback's stored exception is raised exactly as before."""
+        ``WantReadError`` built per flight). Raises what pyOpenSSL's ``do_handshake`` raises otherwise (its
+        check after a success only re-raises what pyOpenSSL's own callback wrappers stored; no context here
+        has one)."""
         n = _lib.SSL_do_handshake(self._ssl)
-        if n <= 0 and _SSL_get_error(self._ssl, n) == _WANT_READ:
-            return False
-        self._conn._raise_ssl_error(self._ssl, n)  # what do_handshake does: raises unless all is well
+        if n <= 0:
+            if _SSL_get_error(self._ssl, n) == _WANT_READ:
+                return False
+            _raise_ssl_error(self._ssl, n)
+            raise SSL.Error("SSL_do_handshake failed")
         release_key_shares(self._ssl)
         if not _BIO_get_mem_data(self._into, _ffi.NULL):
             self._renew_into()  # the handshake's flights (a ~1.6 KB PQ ClientHello) are read: its buffer goes
@@ -234,7 +348,7 @@ class RecordIO:
         than ``_RENEW_ABOVE`` bytes, the next ``read`` that empties the BIO renews it (``_renew_into``)."""
         # bytes go to cffi as they are; from_buffer (for a bytearray or memoryview) parses keyword arguments
         if _BIO_write(self._into, data if type(data) is bytes else _from_buffer(data), len(data)) <= 0 and len(data):
-            self._conn.bio_write(data)  # never expected: let pyOpenSSL build the error
+            raise exception_from_error_queue(SSL.Error)  # a memory BIO fails only without memory
         if len(data) > _RENEW_ABOVE:
             self._fed_big = True
 
@@ -253,7 +367,7 @@ class RecordIO:
             return None
         if err == _ZERO_RETURN:
             return b""
-        self._conn._raise_ssl_error(self._ssl, n)  # raises (SysCallError, Error)
+        _raise_ssl_error(self._ssl, n)  # raises (SysCallError, Error)
         raise SSL.Error("SSL_read failed")
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
@@ -262,8 +376,16 @@ class RecordIO:
         n = _SSL_write(self._ssl, data if type(data) is bytes else _from_buffer(data), len(data))
         if n > 0:
             return n
-        self._conn._raise_ssl_error(self._ssl, n)
+        _raise_ssl_error(self._ssl, n)
         raise SSL.Error("SSL_write failed")
+
+    def shutdown(self) -> bool:
+        """Write our close_notify (``Connection.shutdown``); True once the peer's was read too."""
+        n = _lib.SSL_shutdown(self._ssl)
+        if n < 0:
+            _raise_ssl_error(self._ssl, n)
+            raise SSL.Error("SSL_shutdown failed")
+        return n > 0
 
     def drain(self) -> bytes:
         """Everything OpenSSL produced for the peer (b"" when nothing), in one bytes object. After a drain of
@@ -288,14 +410,15 @@ class RecordIO:
         buffer it ever held (OpenSSL's BUF_MEM only grows): the server's PQ handshake flight (ML-DSA-65
         certificate and signature, ~10 KB) left ~13 KiB behind in every connection for its whole life,
         idle or not, a cost nginx (socket BIOs) does not have. ``SSL_set_bio`` with the same read BIO frees
-        the old write BIO (OpenSSL keeps its handshake buffering BIO on top, if one is pushed); pyOpenSSL's
-        own reference follows, so its ``bio_read`` never sees the freed one."""
+        the old write BIO (OpenSSL keeps its handshake buffering BIO on top, if one is pushed); a pyOpenSSL
+        owner's own reference follows, so its ``bio_read`` never sees the freed one."""
         bio = _lib.BIO_new(_lib.BIO_s_mem())
         if bio == _ffi.NULL:
             return  # out of memory: keep the old one, which works
         _lib.SSL_set_bio(self._ssl, self._into, bio)
         self._from = bio
-        self._conn._from_ssl = bio
+        if self._owner is not None:
+            self._owner._from_ssl = bio
 
     def _renew_into(self) -> None:
         """A fresh incoming memory BIO in place of the emptied one, for the same reason as ``_renew_out``: the
@@ -309,7 +432,8 @@ class RecordIO:
             return  # out of memory: keep the old one, which works
         _lib.SSL_set_bio(self._ssl, bio, self._from)
         self._into = bio
-        self._conn._into_ssl = bio
+        if self._owner is not None:
+            self._owner._into_ssl = bio
 
 
 _lib = SSL._lib
@@ -322,6 +446,37 @@ _HOST_NAME = SSL._lib.TLSEXT_NAMETYPE_host_name
 _SSL_read, _SSL_write, _SSL_get_error = _lib.SSL_read, _lib.SSL_write, _lib.SSL_get_error
 _BIO_read, _BIO_write, _BIO_get_mem_data = _lib.BIO_read, _lib.BIO_write, _lib.BIO_get_mem_data
 _from_buffer, _unpack = _ffi.from_buffer, _ffi.unpack  # unpack: the bytes at once, no buffer object first
+
+
+def _raise_ssl_error(ssl: object, result: int) -> None:
+    """Raise what pyOpenSSL's ``Connection`` raises for the outcome ``result`` of a call on ``ssl``, the same
+    classes with the same arguments (it returns only on SSL_ERROR_NONE). Its own check first re-raises an
+    exception one of its callback wrappers stored; the contexts here install none (their callbacks are C
+    callbacks, verification is by OpenSSL alone), so that part has nothing to do."""
+    error = _SSL_get_error(ssl, result)
+    if error == _WANT_READ:
+        raise SSL.WantReadError()
+    if error == _lib.SSL_ERROR_WANT_WRITE:
+        raise SSL.WantWriteError()
+    if error == _ZERO_RETURN:
+        raise SSL.ZeroReturnError()
+    if error == _lib.SSL_ERROR_WANT_X509_LOOKUP:
+        raise SSL.WantX509LookupError()
+    if error == _lib.SSL_ERROR_SYSCALL:
+        code = _ffi.errno
+        if _lib.ERR_peek_error() == 0 or code != 0:
+            if result < 0 and code != 0:
+                raise SSL.SysCallError(code, errno.errorcode.get(code))
+            raise SSL.SysCallError(-1, "Unexpected EOF")
+        raise exception_from_error_queue(SSL.Error)
+    if error == _lib.SSL_ERROR_SSL and _lib.ERR_peek_error() != 0:
+        # OpenSSL 3 reports a peer gone without close_notify this way; pyOpenSSL keeps calling it a SysCallError
+        if _lib.ERR_GET_REASON(_lib.ERR_peek_error()) == _lib.SSL_R_UNEXPECTED_EOF_WHILE_READING:
+            _lib.ERR_clear_error()
+            raise SSL.SysCallError(-1, "Unexpected EOF")
+        raise exception_from_error_queue(SSL.Error)
+    if error != _lib.SSL_ERROR_NONE:
+        raise exception_from_error_queue(SSL.Error)
 
 
 # -- the handshake's key shares, freed once it is done ---------------------------------------------------
@@ -448,8 +603,23 @@ def _use_private_key(ctx: SSL.Context, key: crypto.PKey) -> None:
 # -- builders ------------------------------------------------------------------------------------------
 
 
-def _tls13_context(groups: bytes | None, sigalgs: bytes | None) -> SSL.Context:
-    ctx = SSL.Context(SSL.TLS_METHOD)
+class FrontContext(SSL.Context):
+    """The front server context (``SNIContexts.front``), whose servername callback picks each connection's
+    certificate. It owns that C callback, as pyOpenSSL's own setters make a context own its callbacks: the
+    callback lives exactly as long as the context that calls it (a caller may keep the context alone)."""
+
+    servername_callback: object = None
+
+    def install_servername_callback(self, callback: object) -> None:
+        """Install ``callback``, a cffi callback ``int (*)(SSL *, int *, void *)``, and keep it alive."""
+        self.servername_callback = callback
+        _lib.SSL_CTX_set_tlsext_servername_callback(self._context, callback)
+
+
+def _tls13_context(
+    groups: bytes | None, sigalgs: bytes | None, context_class: type[SSL.Context] = SSL.Context
+) -> SSL.Context:
+    ctx = context_class(SSL.TLS_METHOD)
     ctx.set_min_proto_version(SSL.TLS1_3_VERSION)
     ctx.set_max_proto_version(SSL.TLS1_3_VERSION)
     restrict(ctx, groups=groups, sigalgs=sigalgs)
@@ -463,6 +633,7 @@ def server_context(
     sigalgs: bytes = PQ_SIGALGS,
     client_ca_file: str = "",
     protocols: Sequence[bytes] = SERVED_PROTOCOLS,
+    context_class: type[SSL.Context] = SSL.Context,
 ) -> SSL.Context:
     """A TLS 1.3 server context restricted to ``groups``/``sigalgs`` with session tickets on; ALPN selects
     from ``protocols`` in their order (``H2_PROTOCOLS``: h2 preferred).
@@ -470,9 +641,9 @@ def server_context(
     ``cert`` installs a certificate (leaf, chain, key); without one the context is a front context that
     needs a servername callback (see ``SNIContexts``). ``client_ca_file`` asks clients for a certificate and
     verifies it against that CA file when one is sent (optional for the client; an invalid one fails the
-    handshake); the layer exposes it as ``peercert``.
+    handshake); the layer exposes it as ``peercert``. ``context_class``: ``FrontContext`` for a front context.
     """
-    ctx = _tls13_context(groups, sigalgs)
+    ctx = _tls13_context(groups, sigalgs, context_class)
     # Tickets are on unless OP_NO_TICKET; no compression.
     ctx.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE)
     release_idle_buffers(ctx)
@@ -480,7 +651,7 @@ def server_context(
     ctx.set_session_id(SESSION_ID_CONTEXT)
     ctx.set_session_cache_mode(SSL.SESS_CACHE_SERVER)
     # ALPN runs after the servername callback has switched contexts: every server context selects.
-    ctx.set_alpn_select_callback(_alpn_selector(protocols))
+    select_alpn(ctx, protocols)
     if client_ca_file:
         try:
             ctx.load_verify_locations(client_ca_file)
@@ -606,7 +777,9 @@ class SNIContexts:
     ``front`` is what ``TLSServerProtocol`` gets. Its servername callback runs for every ClientHello
     (with or without SNI): store certificate for the name, else the bootstrap certificate. Per-certificate
     contexts are built on first use and dropped with the ``ServerCert`` they were built from, so a renewed
-    or hot-swapped file gets a new context and in-flight connections keep the old one.
+    or hot-swapped file gets a new context and in-flight connections keep the old one (their SSL objects hold
+    its ``SSL_CTX``). The callback is a C callback that the front context owns (``FrontContext``): it reads
+    the SSL object alone, so it serves a ``RecordIO``'s SSL object and a pyOpenSSL ``Connection``'s alike.
     """
 
     def __init__(
@@ -616,13 +789,11 @@ class SNIContexts:
         groups: bytes = PQ_GROUPS,
         sigalgs: bytes = PQ_SIGALGS,
         client_ca_file: str = "",
-        on_select: Callable[[SSL.Connection, ServerCert], None] | None = None,
         tickets: TicketSealer | None = None,
         protocols: Sequence[bytes] = SERVED_PROTOCOLS,
     ) -> None:
         self.store = store
         self.tickets = tickets  # fleet-wide ticket keys; None = this process's own (OpenSSL's default)
-        self.on_select = on_select
         self._opts = {"groups": groups, "sigalgs": sigalgs, "client_ca_file": client_ca_file, "protocols": protocols}
         self._contexts: weakref.WeakKeyDictionary[ServerCert, SSL.Context] = weakref.WeakKeyDictionary()
         # Counters (plain attributes).
@@ -631,8 +802,11 @@ class SNIContexts:
         self.contexts_built = 0
         self.select_errors = 0
         self._last_error = ""
-        self.front = server_context(**self._opts)  # type: ignore[arg-type]
-        self.front.set_tlsext_servername_callback(self._on_servername)
+        self.front = server_context(context_class=FrontContext, **self._opts)  # type: ignore[arg-type]
+        # error=0 (SSL_TLSEXT_ERR_OK) if an exception ever escaped _on_servername (it catches them)
+        self.front.install_servername_callback(  # type: ignore[attr-defined]
+            _ffi.callback("int (*)(SSL *, int *, void *)", self._on_servername, error=0)
+        )
         if tickets is not None:
             tickets.install(self.front)  # tickets are sealed with the front (session) context's keys
 
@@ -646,21 +820,21 @@ class SNIContexts:
             self.contexts_built += 1
         return ctx
 
-    def _on_servername(self, conn: SSL.Connection) -> None:
-        # Failures are caught here instead of letting pyOpenSSL print a traceback per handshake: the
-        # connection keeps the certificate-less front context and its handshake fails (and is counted).
+    def _on_servername(self, ssl: object, _alert: object, _arg: object) -> int:
+        # Failures are caught here instead of letting cffi print a traceback per handshake: the connection
+        # keeps the certificate-less front context and its handshake fails (and is counted).
         try:
-            cert = self.store.lookup(servername(conn))
+            name = _lib.SSL_get_servername(ssl, _HOST_NAME)
+            cert = self.store.lookup(None if name == _ffi.NULL else _ffi.string(name))
             if cert is None:
                 cert = self.store.bootstrap()
                 self.selected_bootstrap += 1
             else:
                 self.selected_store += 1
-            conn.set_context(self.context_for(cert))
-            if self.on_select is not None:
-                self.on_select(conn, cert)
+            _lib.SSL_set_SSL_CTX(ssl, self.context_for(cert)._context)
         except Exception as exc:
             self.select_errors += 1
             if str(exc) != self._last_error:  # once per distinct failure, not once per handshake
                 self._last_error = str(exc)
                 log.exception("TLS: certificate selection failed")
+        return 0  # SSL_TLSEXT_ERR_OK: go on, whatever was selected

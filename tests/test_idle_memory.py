@@ -46,11 +46,12 @@ def _recv(c: SSL.Connection, server: tls.RecordIO) -> bytes:
             return got
 
 
-def _handshake(front: SSL.Context, session: SSL.Session | None = None) -> tuple[SSL.Connection, tls.RecordIO]:
-    """A PQ client and a server ``RecordIO`` over memory BIOs, as the worker's TLS layer drives it."""
-    s = SSL.Connection(front, None)
-    s.set_accept_state()
-    io = tls.RecordIO(s)
+def _handshake(
+    front: SSL.Context, session: SSL.Session | None = None, owner: SSL.Connection | None = None
+) -> tuple[SSL.Connection, tls.RecordIO]:
+    """A PQ client and a server ``RecordIO`` over memory BIOs, as the worker's TLS layer drives it (or, with
+    ``owner``, the records of that pyOpenSSL connection, as the client side's layer runs them)."""
+    io = tls.RecordIO.accepting(front) if owner is None else tls.RecordIO(owner)
     c = SSL.Connection(_CLIENT, None)
     c.set_connect_state()
     c.set_tlsext_host_name(SNI.encode())
@@ -66,7 +67,6 @@ def _handshake(front: SSL.Context, session: SSL.Session | None = None) -> tuple[
     flights = io._into
     assert io.handshake()
     assert io._into != flights  # the ClientHello's buffer went with its BIO (it was empty: renewed)
-    assert io._conn._into_ssl == io._into  # pyOpenSSL's own reference follows
     return c, io
 
 
@@ -85,7 +85,7 @@ def test_the_handshake_key_shares_are_freed_and_the_connection_works_on(front: S
     assert tls._key_shares().usable
     assert tls._key_shares().slots[109] is not None  # the slot was proven on this build
     assert _peer_key(io) is None  # the client's X25519MLKEM768 share is gone
-    assert io._conn.get_group_name() == "X25519MLKEM768"  # the negotiated group is still known
+    assert tls.group_name(io) == c.get_group_name() == "X25519MLKEM768"  # the negotiated group is still known
     assert tls.release_key_shares(io._ssl) == 0  # nothing left to free: a second call is a no-op
     c.send(b"ping")
     _move(c, io)
@@ -95,7 +95,7 @@ def test_the_handshake_key_shares_are_freed_and_the_connection_works_on(front: S
 
     # a resumption (psk_dhe_ke: a key exchange again) frees its shares the same way, and works
     again, io2 = _handshake(front, c.get_session())
-    assert tls.session_reused(io2._conn)
+    assert tls.session_reused(io2)
     assert _peer_key(io2) is None
     again.send(b"two")
     _move(again, io2)
@@ -116,10 +116,26 @@ def test_the_incoming_bio_is_renewed_after_the_handshake_and_after_a_large_feed(
         got += data
     assert got == b"x" * 20000
     assert io._into != into_before  # emptied after a big feed: a fresh BIO
-    assert io._conn._into_ssl == io._into
     c.send(b"after")
     _move(c, io)
     assert io.read() == b"after"
+
+
+def test_the_records_of_a_pyopenssl_connection_keep_its_bio_references_in_step(front: SSL.Context) -> None:
+    # The client side runs the records of a pyOpenSSL Connection, which owns the SSL object: each BIO renewed
+    # under it is the owner's too, so its own calls never reach a freed one.
+    s = SSL.Connection(front, None)
+    s.set_accept_state()
+    c, io = _handshake(front, owner=s)  # renews the incoming BIO after the handshake
+    assert s._into_ssl == io._into and s._from_ssl == io._from
+    c.sendall(b"y" * 20000)
+    _move(c, io)
+    while io.read() is not None:
+        pass
+    io.write(b"z" * 6000)  # a drain above the threshold renews the outgoing BIO
+    assert _recv(c, io) == b"z" * 6000
+    assert s._into_ssl == io._into and s._from_ssl == io._from
+    assert s.get_group_name() == tls.group_name(io) == "X25519MLKEM768"
 
 
 FIELDS = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", SNI.encode()), (b":path", b"/")]

@@ -647,6 +647,112 @@ def test_direct_accessors_answer_as_pyopenssls_getters(
     assert tls.protocol_version(server) == server.get_protocol_version_name() == "TLSv1.3"
     assert tls.has_peer_certificate(server) is (server.get_peer_certificate() is not None) is False
     assert tls.alpn_selected(server) == (server.get_alpn_proto_negotiated() or None) == (offered or [None])[0]
+    assert tls.group_name(server) == server.get_group_name() == "X25519MLKEM768"
+    assert tls.cipher_name(server) == server.get_cipher_name() is not None
+    assert tls.peer_certificate_der(server) is None
+    served = x509.load_der_x509_certificate(tls.peer_certificate_der(client))  # type: ignore[arg-type]
+    assert served == client.get_peer_certificate(as_cryptography=True)  # the SNI's own certificate, if one
+    names = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert ("shop.example.test" in names.get_values_for_type(x509.DNSName)) is (sni is not None)
+
+
+def _accepting_handshake(server: tls.RecordIO, client: SSL.Connection) -> None:
+    """The worker's server side (a ``RecordIO`` that owns its SSL object) against a pyOpenSSL client, in memory."""
+    for _ in range(10):
+        try:
+            client.do_handshake()
+        except SSL.WantReadError:
+            pass
+        try:
+            server.feed(client.bio_read(65536))
+        except SSL.WantReadError:
+            pass
+        done = server.handshake()
+        client.bio_write(server.drain())
+        if done:
+            client.do_handshake()
+            return
+    raise AssertionError("the handshake did not finish")
+
+
+def _pq_client(sni: str | None, offered: list[bytes] | None) -> SSL.Connection:
+    client = SSL.Connection(PQClient.make_context(), None)
+    client.set_connect_state()
+    if sni is not None:
+        client.set_tlsext_host_name(sni.encode())
+    if offered is not None:
+        client.set_alpn_protos(offered)
+    return client
+
+
+@pytest.mark.parametrize(
+    ("sni", "offered", "chosen"),
+    [
+        ("shop.example.test", [b"h2", b"http/1.1"], b"h2"),  # the server's order
+        ("shop.example.test", [b"http/1.1", b"h2"], b"h2"),
+        ("shop.example.test", [b"spdy/3", b"http/1.1", b"http/1.1"], b"http/1.1"),
+        ("other.example.test", [b"http/1.1"], b"http/1.1"),  # no such certificate: the bootstrap one
+        (None, None, None),
+    ],
+)
+def test_a_server_connection_without_pyopenssl_negotiates_and_answers_like_one(
+    store: CertStore, sni: str | None, offered: list[bytes] | None, chosen: bytes | None
+) -> None:
+    # The worker's server connection is an SSL object of its own (no pyOpenSSL Connection): the servername
+    # and ALPN callbacks are C callbacks; what the client sees, and what the getters say, is what it was.
+    put_cert(Path(store.cert_dir), "shop.example.test", ["shop.example.test"])
+    contexts = tls.SNIContexts(store, protocols=tls.H2_PROTOCOLS)
+    server = tls.RecordIO.accepting(contexts.front)
+    client = _pq_client(sni, offered)
+    _accepting_handshake(server, client)
+    assert tls.servername(server) == client.get_servername() == (sni.encode() if sni else None)
+    assert tls.alpn_selected(server) == (client.get_alpn_proto_negotiated() or None) == chosen
+    assert tls.group_name(server) == client.get_group_name() == "X25519MLKEM768"
+    assert tls.cipher_name(server) == client.get_cipher_name()
+    assert tls.protocol_version(server) == "TLSv1.3" and tls.peer_certificate_der(server) is None
+    names = client.get_peer_certificate(as_cryptography=True).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    ).value.get_values_for_type(x509.DNSName)
+    assert ("shop.example.test" in names) is (sni == "shop.example.test")
+    assert (contexts.selected_store, contexts.selected_bootstrap) == ((1, 0) if sni == "shop.example.test" else (0, 1))
+    # records both ways, then close_notify both ways
+    client.send(b"ping")
+    server.feed(client.bio_read(65536))
+    assert server.read() == b"ping"
+    assert server.write(b"pong") == 4
+    assert not server.shutdown()  # ours is out; the peer's not read yet
+    client.bio_write(server.drain())
+    assert client.recv(65536) == b"pong"
+    with pytest.raises(SSL.ZeroReturnError):
+        client.recv(65536)
+    client.shutdown()
+    server.feed(client.bio_read(65536))
+    assert server.read() == b""
+    assert server.shutdown()  # both close_notify now
+
+
+def test_a_server_connection_without_pyopenssl_refuses_and_fails_as_pyopenssl_would(store: CertStore) -> None:
+    front = tls.SNIContexts(store).front
+    # no protocol in common: the no_application_protocol alert, and the handshake's reason says so
+    server = tls.RecordIO.accepting(front)
+    client = _pq_client("x.example.test", [b"h2"])
+    with pytest.raises(SSL.Error) as info:
+        _accepting_handshake(server, client)
+    assert tls.ssl_error_reason(info.value) == tls.NO_APPLICATION_PROTOCOL_REASON
+    # bytes that are no TLS at all: the exception pyOpenSSL's Connection raises for them, the same class and
+    # arguments
+    for garbage in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"\x16\x03\x01\x00\x05hello", b"\x00" * 64):
+        server = tls.RecordIO.accepting(front)
+        server.feed(garbage)
+        with pytest.raises(SSL.Error) as ours:
+            server.handshake()
+        reference = SSL.Connection(front, None)
+        reference.set_accept_state()
+        reference.bio_write(garbage)
+        with pytest.raises(SSL.Error) as theirs:
+            reference.do_handshake()
+        assert (type(ours.value), ours.value.args) == (type(theirs.value), theirs.value.args), garbage
+    assert tls.ssl_error_reason(ours.value).startswith("tls: ")
 
 
 def test_session_resumption(store: CertStore, serve: Callable[..., ServerThread]) -> None:

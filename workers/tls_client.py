@@ -51,7 +51,9 @@ class TLSClientProtocol(TLSLayer):
         self._verify_name = verify_name
         self._session = session
 
-    def _setup(self, conn: SSL.Connection) -> None:
+    def _open(self) -> tuple[SSL.Connection, tls.RecordIO]:
+        """A pyOpenSSL ``Connection`` in connect state (SNI, the name to verify, the session to resume)."""
+        conn = SSL.Connection(self._context, None)
         conn.set_connect_state()
         if self._server_hostname and not _is_ip(self._server_hostname):
             conn.set_tlsext_host_name(self._server_hostname.encode("idna"))
@@ -59,6 +61,7 @@ class TLSClientProtocol(TLSLayer):
             tls.verify_peer_name(conn, self._verify_name)
         if self._session is not None:
             conn.set_session(self._session)
+        return conn, tls.RecordIO(conn)
 
 
 def _is_ip(host: str) -> bool:

@@ -91,7 +91,7 @@ class TLSEntry:
         elif reason == tls.NO_APPLICATION_PROTOCOL_REASON:
             counters.inc("tls_alpn_refused")  # type: ignore[attr-defined]
 
-    def handshake_done(self, conn: SSL.Connection) -> None:
+    def handshake_done(self, conn: tls.RecordIO) -> None:
         self.counters.inc("handshake_ok")  # type: ignore[attr-defined]
         if tls.session_reused(conn):
             self.counters.inc("tls_resumed")  # type: ignore[attr-defined]

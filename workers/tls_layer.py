@@ -63,7 +63,7 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
         self._on_handshake_error = on_handshake_error
         self._on_handshake_done = on_handshake_done
 
-        self._conn: SSL.Connection | None = None
+        self._conn: SSL.Connection | tls.RecordIO | None = None  # the connection (see ``connection``)
         self._io: tls.RecordIO | None = None  # the per-record calls (reads, writes, BIO) of _conn
         self._raw: asyncio.Transport | None = None
         self._app: asyncio.Protocol | None = None
@@ -97,8 +97,9 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
     # -- public ------------------------------------------------------------------------------------
 
     @property
-    def connection(self) -> SSL.Connection | None:
-        """The pyOpenSSL connection (None before ``connection_made`` and after the connection is gone)."""
+    def connection(self) -> SSL.Connection | tls.RecordIO | None:
+        """The connection's SSL object: server side the ``RecordIO`` that owns it, client side pyOpenSSL's
+        ``Connection`` (None before ``connection_made`` and after the connection is gone)."""
         return self._conn
 
     @property
@@ -149,18 +150,18 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
 
     # -- raw transport callbacks -------------------------------------------------------------------
 
-    def _setup(self, conn: SSL.Connection) -> None:
-        conn.set_accept_state()
+    def _open(self) -> tuple[SSL.Connection | tls.RecordIO, tls.RecordIO]:
+        """The connection and its record calls. Server side one object: an SSL object of the front context in
+        accept state, without pyOpenSSL's ``Connection`` (``RecordIO.accepting``)."""
+        io = tls.RecordIO.accepting(self._context)
+        return io, io
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._raw = transport  # type: ignore[assignment]
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        conn = SSL.Connection(self._context, None)
-        self._conn = conn
-        self._io = tls.RecordIO(conn)
         try:
-            self._setup(conn)
+            self._conn, self._io = self._open()
         except Exception as exc:  # e.g. a bad client-side verify name: nothing was sent yet
             self._fail_handshake(f"setup: {exc}")
             return
@@ -445,15 +446,15 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
         self._flush()
 
     def _send_close_notify(self) -> None:
-        conn = self._conn
-        if conn is None or self._shutdown_sent or not self._handshake_done:
+        io = self._io
+        if io is None or self._shutdown_sent or not self._handshake_done:
             return
         self._shutdown_sent = True
         self._tickets_held = False  # before close_notify, so a client closed idle still gets them
         if self._pending:
             self._retry_pending()
         try:  # not contextlib.suppress: an interpreted context manager on every connection's close
-            conn.shutdown()  # writes close_notify; we do not wait for the peer's (like every server)
+            io.shutdown()  # writes close_notify; we do not wait for the peer's (like every server)
         except SSL.Error:
             pass
         self._flush()

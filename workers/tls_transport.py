@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from cryptography.hazmat.primitives.serialization import Encoding
 from OpenSSL import SSL
 
 from sentin8 import tls
@@ -93,24 +92,24 @@ TLS_KEYS = frozenset(
 )  # fmt: skip
 
 
-def tls_info(conn: SSL.Connection, name: str, default: Any) -> Any:
-    """One of ``TLS_KEYS`` for a live connection (``peercert``: the client's certificate, DER)."""
+def tls_info(conn: SSL.Connection | tls.RecordIO, name: str, default: Any) -> Any:
+    """One of ``TLS_KEYS`` for a live connection (``peercert``: the peer's certificate, DER). ``conn`` is the
+    layer's connection: a server side's ``RecordIO`` or a client side's pyOpenSSL ``Connection``; only the
+    latter has a ``tls_session`` to resume (a server keeps none of its own)."""
     if name == "sni":
         sni = tls.servername(conn)
         return sni.decode("ascii", "replace") if sni is not None else default
     if name == "tls_group":
-        return conn.get_group_name() or default
+        return tls.group_name(conn) or default
     if name == "tls_version":
         return tls.protocol_version(conn)
     if name == "tls_cipher":
-        return conn.get_cipher_name() or default
+        return tls.cipher_name(conn) or default
     if name == "peercert":
-        if not tls.has_peer_certificate(conn):
-            return default
-        cert = conn.get_peer_certificate(as_cryptography=True)
-        return cert.public_bytes(Encoding.DER) if cert is not None else default
+        der = tls.peer_certificate_der(conn)
+        return der if der is not None else default
     if name == "tls_session":
-        return conn.get_session()
+        return conn.get_session() if isinstance(conn, SSL.Connection) else default
     if name == "session_reused":
         return tls.session_reused(conn)
     if name == "alpn":  # the protocol ALPN chose (b"h2", b"http/1.1"), None without ALPN
