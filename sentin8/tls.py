@@ -18,10 +18,12 @@ A server-side connection is an SSL object made here (``RecordIO.accepting``), no
 that one is interpreted Python per connection (its constructor, a weak-reference registry to find it from
 its callbacks, the servername and ALPN callback wrappers, the error check after every handshake step; ~38k
 instructions per resumed connection, callgrind). So the server contexts' callbacks are C callbacks that need
-no Python connection object (``SNIContexts``'s servername callback, ``_on_alpn``), and each lives as long as
-the process or the worker: an SSL object keeps its context's ``SSL_CTX`` alive (OpenSSL counts the reference),
-and nothing it can call back into dies with that context's Python object. The client side (upstream TLS, the
-probe) keeps pyOpenSSL's ``Connection``: sessions to resume, verification settings, few connections.
+no Python connection object, and none dies with a per-certificate context's Python object, which an SSL object
+may outlive (it keeps the ``SSL_CTX`` itself: OpenSSL counts the reference): ALPN's (``_on_alpn``) lives as
+long as the process, the servername callback as long as the front context that owns it (``FrontContext``; the
+TLS layer of every connection holds that context), the ticket callback as long as its ``TicketSealer``. The
+client side (upstream TLS, the probe) keeps pyOpenSSL's ``Connection``: sessions to resume, verification
+settings, few connections.
 """
 
 from __future__ import annotations
