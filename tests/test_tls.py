@@ -604,6 +604,17 @@ def test_write_soon_past_its_bound_and_a_close_write_at_once_in_order(
     client.close()
 
 
+def _pq_client(sni: str | None, offered: list[bytes] | None) -> SSL.Connection:
+    """A PQ pyOpenSSL client in connect state, offering ``sni`` and ``offered`` (ALPN) when given."""
+    client = SSL.Connection(PQClient.make_context(), None)
+    client.set_connect_state()
+    if sni is not None:
+        client.set_tlsext_host_name(sni.encode())
+    if offered is not None:
+        client.set_alpn_protos(offered)
+    return client
+
+
 def _in_memory_handshake(server: SSL.Connection, client: SSL.Connection) -> None:
     """Both sides' flights moved by hand until both are done (no sockets: what is compared is the SSL state)."""
     done = {server: False, client: False}
@@ -635,12 +646,7 @@ def test_direct_accessors_answer_as_pyopenssls_getters(
     put_cert(Path(store.cert_dir), "shop.example.test", ["shop.example.test"])
     server = SSL.Connection(tls.SNIContexts(store, protocols=tls.H2_PROTOCOLS).front, None)
     server.set_accept_state()
-    client = SSL.Connection(PQClient.make_context(), None)
-    client.set_connect_state()
-    if sni is not None:
-        client.set_tlsext_host_name(sni.encode())
-    if offered is not None:
-        client.set_alpn_protos(offered)
+    client = _pq_client(sni, offered)
     assert tls.servername(server) is None and tls.alpn_selected(server) is None
     _in_memory_handshake(server, client)
     assert tls.servername(server) == server.get_servername() == (sni.encode() if sni else None)
@@ -673,16 +679,6 @@ def _accepting_handshake(server: tls.RecordIO, client: SSL.Connection) -> None:
             client.do_handshake()
             return
     raise AssertionError("the handshake did not finish")
-
-
-def _pq_client(sni: str | None, offered: list[bytes] | None) -> SSL.Connection:
-    client = SSL.Connection(PQClient.make_context(), None)
-    client.set_connect_state()
-    if sni is not None:
-        client.set_tlsext_host_name(sni.encode())
-    if offered is not None:
-        client.set_alpn_protos(offered)
-    return client
 
 
 @pytest.mark.parametrize(
