@@ -52,7 +52,7 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
         loop: asyncio.AbstractEventLoop | None = None,
         handshake_timeout: float | None = 10.0,
         on_handshake_error: Callable[[str], None] | None = None,
-        on_handshake_done: Callable[[SSL.Connection], None] | None = None,
+        on_handshake_done: Callable[[SSL.Connection | tls.RecordIO], None] | None = None,
         timers: TimerQueue | None = None,
     ) -> None:
         self._context = context
@@ -522,7 +522,8 @@ class TLSServerProtocol(TLSLayer):
     certificate, DER, or None), ``tls_session``, ``session_reused``, ``ssl_object``.
     ``on_handshake_error(reason)`` is called once for a failed handshake (OpenSSL error, ``"timeout"``
     after ``handshake_timeout`` seconds, EOF or loss mid-handshake); the raw transport is then aborted.
-    ``on_handshake_done(conn)`` runs before the app is created; it may close the connection.
+    ``on_handshake_done(conn)`` (``conn``: the layer's ``connection``, a ``RecordIO``) runs before the app is
+    created; it may close the connection.
     """
 
     _server_side = True
