@@ -203,15 +203,6 @@ def protocol_version(conn: SSL.Connection) -> str:
     return _ffi.string(_lib.SSL_get_version(conn._ssl)).decode("ascii")
 
 
-def has_peer_certificate(conn: SSL.Connection) -> bool:
-    """Whether the client presented a certificate: the common "no" answered without building one."""
-    cert = _lib.SSL_get_peer_certificate(conn._ssl)
-    if cert == _ffi.NULL:
-        return False
-    _lib.X509_free(cert)  # SSL_get_peer_certificate gives a reference
-    return True
-
-
 def group_name(conn: SSL.Connection | RecordIO) -> str | None:
     """The key exchange group, e.g. ``"X25519MLKEM768"`` (``get_group_name``); None before a session exists."""
     ssl = conn._ssl

@@ -641,7 +641,7 @@ def _in_memory_handshake(server: SSL.Connection, client: SSL.Connection) -> None
 def test_direct_accessors_answer_as_pyopenssls_getters(
     store: CertStore, sni: str | None, offered: list[bytes] | None
 ) -> None:
-    # tls.servername / protocol_version / has_peer_certificate / alpn_selected read the SSL object through cffi
+    # tls.servername / protocol_version / peer_certificate_der / alpn_selected read the SSL object through cffi
     # (pyOpenSSL's getters are interpreted Python, several per connection): the same answers, before and after
     put_cert(Path(store.cert_dir), "shop.example.test", ["shop.example.test"])
     server = SSL.Connection(tls.SNIContexts(store, protocols=tls.H2_PROTOCOLS).front, None)
@@ -651,11 +651,10 @@ def test_direct_accessors_answer_as_pyopenssls_getters(
     _in_memory_handshake(server, client)
     assert tls.servername(server) == server.get_servername() == (sni.encode() if sni else None)
     assert tls.protocol_version(server) == server.get_protocol_version_name() == "TLSv1.3"
-    assert tls.has_peer_certificate(server) is (server.get_peer_certificate() is not None) is False
+    assert tls.peer_certificate_der(server) is server.get_peer_certificate() is None
     assert tls.alpn_selected(server) == (server.get_alpn_proto_negotiated() or None) == (offered or [None])[0]
     assert tls.group_name(server) == server.get_group_name() == "X25519MLKEM768"
     assert tls.cipher_name(server) == server.get_cipher_name() is not None
-    assert tls.peer_certificate_der(server) is None
     served = x509.load_der_x509_certificate(tls.peer_certificate_der(client))  # type: ignore[arg-type]
     assert served == client.get_peer_certificate(as_cryptography=True)  # the SNI's own certificate, if one
     names = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
