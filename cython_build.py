@@ -63,6 +63,20 @@ def modules() -> list[str]:
     return list(native.MODULES)
 
 
+def extension_specs() -> list:
+    """One setuptools ``Extension`` per listed module, its ``.py`` (relative to the tree) the one source: the
+    in-place build and the wheel's (``setup.py``) compile the same list the same way."""
+    from setuptools import Extension
+
+    return [Extension(m, [str(source(m).relative_to(ROOT))]) for m in modules()]
+
+
+def stamp_text(root: Path, cython_version: str) -> str:
+    """What a complete build writes to ``sentin8/native.stamp`` under ``root``: the fingerprint of the sources
+    as they sit there (``sentin8.native.guard`` compares it at every start), then the Cython that compiled."""
+    return f"{native.fingerprint(root)} cython {cython_version}\n"
+
+
 def source(module: str) -> Path:
     return native.source(module)
 
@@ -114,7 +128,7 @@ def build() -> int:
     try:
         import Cython
         from Cython.Build import cythonize
-        from setuptools import Extension, setup
+        from setuptools import setup
     except ImportError as exc:
         clean()
         return _fallback(f"Cython is not installed ({exc}); pip install -e '.[compile]'")
@@ -122,7 +136,7 @@ def build() -> int:
     for p in present():  # a module no longer listed must not keep shadowing its source
         if p not in listed:
             p.unlink()
-    exts = [Extension(m, [str(source(m).relative_to(ROOT))]) for m in modules()]
+    exts = extension_specs()
     # Cython's incremental build looks at the .pxd files that exist: one removed since the last build (a checkout
     # of an older commit) leaves C generated for a cdef class that is gone, which fails at import. Regenerate all.
     pxds = _pxd_files()
@@ -158,7 +172,7 @@ def build() -> int:
         clean()
         return _fallback(f"the build left no extension for {', '.join(missing)}")
     PXD_MANIFEST.write_text("".join(f"{p}\n" for p in pxds))
-    STAMP.write_text(f"{native.fingerprint()} cython {Cython.__version__}\n")
+    STAMP.write_text(stamp_text(ROOT, Cython.__version__))
     print(f"cython: compiled in place: {len(modules())} modules (sentin8.native.MODULES)", file=sys.stderr)
     return 0
 

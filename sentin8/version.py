@@ -73,6 +73,7 @@ def revision() -> str:
     return recorded or UNKNOWN
 
 
-def describe() -> str:
-    """The ``--version`` line: ``sentin8-proxy 0.1.0 (revision 0123abcd4567)``."""
-    return f"{DISTRIBUTION} {version()} (revision {revision()})"
+def describe(build: str) -> str:
+    """The ``--version`` line: ``sentin8-proxy 0.1.0 (revision 0123abcd4567, compiled)``; ``build`` is what the
+    hot path runs as (``sentin8.BUILD``: "compiled" or "pure")."""
+    return f"{DISTRIBUTION} {version()} (revision {revision()}, {build})"

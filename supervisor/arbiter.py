@@ -27,6 +27,7 @@ from enum import Enum
 
 import setproctitle
 
+import sentin8
 from sentin8 import lifecycle
 from sentin8.config import Config, ConfigError
 from sentin8.eventlog import event, install
@@ -189,7 +190,10 @@ class Arbiter:
             listen=self.cfg.listen.https,
             shm_kib=self.shared.region.size // 1024,
             tcp_migrate_req=migrate,
+            build=sentin8.BUILD,
         )
+        if sentin8.BUILD != "compiled":  # the same code at about twice the CPU per request: an operator must know
+            event("pure_python", "warning", hint="install a wheel built with a C compiler (docs/compiled.md)")
         self._spawn_resolver()
         if self.mgmt_sock is not None:
             event("mgmt_listening", listen=bound_address(self.mgmt_sock))

@@ -40,9 +40,10 @@ class _VersionAction(argparse.Action):
         )
 
     def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        import sentin8
         from sentin8.version import describe
 
-        print(describe())
+        print(describe(sentin8.BUILD))
         parser.exit(0)
 
 

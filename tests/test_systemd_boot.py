@@ -256,6 +256,8 @@ def check_ready_and_sandboxed(unit: Unit, box: Container) -> None:
     assert state["ActiveState"] == "active" and state["SubState"] == "running", state
     assert state["StatusText"] == "serving with 2 workers" and state["NRestarts"] == "0", state
     assert len(unit.wait_event("worker_listening", 2)) == 2 and unit.wait_event("ready")
+    # the wheel's compiled hot path loads under the sandbox (MemoryDenyWriteExecute and all) and runs
+    assert unit.wait_event("start")[0]["build"] == "compiled" and not unit.events("pure_python")
     resolver = unit.wait_event("resolver_start")[0]
     assert (resolver["registry"], resolver["domains"]) == ("valkey", "postgres")
 
