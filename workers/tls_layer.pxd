@@ -7,3 +7,9 @@ cdef class TLSLayer:
     cdef public bint _flush_scheduled
     cdef public Py_ssize_t _soon_bytes
     cdef public RecordIO _io  # typed: its per-record calls are C calls
+    # the record path's steps, called on itself per read and per write: C calls
+    cpdef _flush(self)
+    cpdef _deliver(self)
+    cpdef write_soon(self, data)
+    cpdef bint _take(self, data)
+    cpdef _encrypt(self, data)

@@ -16,3 +16,10 @@ cdef class RequestHead:
 
 cpdef _add_fields(list parts, headers)  # per head: a C call from request_head and response_head
 cpdef bytes _status_line(status, reason)
+
+# the per-request functions other compiled modules call (they cimport them): C calls, keyword arguments mapped
+# at compile time (the .py keeps its keyword-only parameters)
+cpdef RequestHead validate_request(method, url, version, list headers, bint keep_alive, bint upgrade)
+cpdef bint request_line_is_http(raw, method, url)
+cpdef bytes request_head(method, target, headers, framing)
+cpdef bytes response_head(status, reason, headers, extra=*)

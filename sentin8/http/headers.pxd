@@ -5,3 +5,6 @@ cpdef bytes correlation_id(object client_value)
 cpdef bytes _uuid4()
 cpdef list _drop_listed(list out, list tokens)
 cpdef tuple _route_context(route)
+# per request, from the admission and the relay (they cimport them): C calls
+cpdef tuple forward_headers(list headers, route, client_ip, proto, host, hostname, bint websocket=*, client_cert=*, bint http10=*)
+cpdef list response_headers(list headers, bint interim=*, bint upgrade=*)

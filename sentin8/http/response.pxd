@@ -5,3 +5,10 @@ cdef class ResponseFraming:
 
 cdef class UpstreamBody:
     cdef public bint chunked, drop_content_length, no_body, until_close
+
+# the per-response functions the relay, the exchange and the h1 writer call (they cimport them): C calls
+cpdef UpstreamBody upstream_body(status, list headers, bint head_only)
+cpdef ResponseFraming client_framing(UpstreamBody body, version, bint keep_alive, bint websocket, bint draining)
+cpdef bint status_line_acceptable(raw, Py_ssize_t index, Py_ssize_t status)
+cpdef bint upstream_reusable(bint backend_keep_alive, bint extra_bytes, bint head_only, bint close_delimited, bint request_complete)
+cpdef list coalesce(list pieces, Py_ssize_t limit)

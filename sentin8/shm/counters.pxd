@@ -7,6 +7,7 @@ cimport cython
 cdef class WorkerCounters:
     cdef public unsigned long long[::1] words, _header
     cdef public Py_ssize_t services
+    cpdef Py_ssize_t _row(self, Py_ssize_t sidx)  # per request, from request/upstream/traffic: a C call
     @cython.locals(i=Py_ssize_t)
     cpdef inc(self, name, n=*)
     @cython.locals(i=Py_ssize_t, value="long long")

@@ -1,8 +1,11 @@
 # C layout of the L7 package's view of its worker (Cython pure-Python mode; contract.py stays the source): the
 # connections, streams, admission and the exchange hold their L7Context typed, so each call is a C call through
 # the vtable (the worker's WorkerL7Context overrides them in C; a test's Python subclass still overrides them).
+from workers.upstream cimport UpstreamPool
+
 cdef class L7Context:
-    cdef public object cfg, pool
+    cdef public object cfg
+    cdef public UpstreamPool pool  # acquire, release, write_soon per request: C calls
     cpdef resolve(self, host)
     cpdef candidates(self, service)
     cpdef backend_failed(self, instance)

@@ -2,6 +2,8 @@
 # Exchange is declared here, on its base, so both halves reach them as C struct members; all stay public
 # (the connection, the stream and the tests read them).
 from sentin8.http.framing cimport HeaderBudget
+from sentin8.http.headers cimport response_headers
+from sentin8.http.response cimport status_line_acceptable, upstream_body
 from workers.l7.downstream cimport Downstream
 from workers.l7.request cimport Request
 from workers.upstream cimport UpstreamConn
