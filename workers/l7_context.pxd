@@ -2,13 +2,17 @@
 # of workers/l7/contract.pxd's base, its methods C overrides, its backend facade and its counters typed
 # (backends.pxd, shm/counters.pxd): a request's selection and accounting are C calls.
 from sentin8.backends cimport Backends
+from sentin8.policy cimport EdgePolicy
+from sentin8.shm.policy cimport PolicyCache
 from sentin8.shm.counters cimport WorkerCounters
 from workers.l7.contract cimport L7Context
 
 cdef class WorkerL7Context(L7Context):
     cdef public Backends backends
     cdef public WorkerCounters counters
-    cdef public object edge_policy, policy_values, gate, _upstream_tls, access_log
+    cdef public EdgePolicy edge_policy  # policy(): the cache's values and the check, C calls per request
+    cdef public PolicyCache policy_values
+    cdef public object gate, _upstream_tls, access_log
     cdef public Py_ssize_t inflight_now, inflight_cap
     cpdef resolve(self, host)
     cpdef candidates(self, service)

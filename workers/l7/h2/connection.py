@@ -22,6 +22,7 @@ RST_STREAM. A body the proxy itself holds back (windows shut) is not idle. The r
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from sentin8.http import h2_codes
@@ -279,7 +280,8 @@ class H2Bridge(ConnectionLifecycle, asyncio.Protocol):
         self.streams[sid] = st
         self._cancel_timer()
         if not ev.end_stream:
-            st.body_deadline = deadline.Deadline(self.loop, lambda kind, st=st: self._body_idle(st))
+            # a partial, not a lambda: _open stays free of closures, so it compiles to a C method (connection.pxd)
+            st.body_deadline = deadline.Deadline(self.loop, functools.partial(self._body_idle, st))
             st.body_deadline.arm(deadline.BODY, self._idle_timeout)
         ex = Exchange(st, req)
         st.ex = ex
@@ -287,7 +289,7 @@ class H2Bridge(ConnectionLifecycle, asyncio.Protocol):
         ex.begin()
         return None
 
-    def _body_idle(self, st: H2Stream) -> None:
+    def _body_idle(self, st: H2Stream, kind: int) -> None:
         """No DATA on ``st`` for ``limits.idle_timeout_s``: unless we hold its body back (its windows shut, or
         reading paused at the cap), the stream ends alone: 408, or RST_STREAM once a response has started."""
         if self._closing or self.streams.get(st.sid) is not st or st.req.complete:

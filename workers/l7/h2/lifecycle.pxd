@@ -18,3 +18,7 @@ cdef class ConnectionLifecycle:
     cdef public bint draining, _closing, _reading, _write_paused, _final_sent, _flush_soon
     cdef public Py_ssize_t _max_headers, _paused_streams, _lingered
     cdef public double _idle_timeout, _header_timeout, _drain_grace
+    # what a stream calls on its connection (H2Bridge overrides them) and the timer's cancel, per stream: C calls
+    cpdef stream_done(self, st)
+    cpdef flush_soon(self)
+    cpdef _cancel_timer(self)

@@ -48,6 +48,13 @@ class ConnectionLifecycle:
 
         def flush(self) -> None: ...
 
+    # H2Bridge's: a stream (stream.pxd holds its connection as this base) calls them per response, in C
+    def stream_done(self, st: H2Stream) -> None:
+        raise NotImplementedError
+
+    def flush_soon(self) -> None:
+        raise NotImplementedError
+
     def begin_drain(self) -> None:
         """Step one of the two-step GOAWAY; the PING's ACK (or the grace) sends the final one."""
         if self.draining:
