@@ -57,6 +57,8 @@ class CompileHotPath(build_ext):
     def run(self) -> None:
         if self.inplace or getattr(self, "editable_mode", False):
             return  # ./dev's cython_build.py owns the in-place build
+        lib = Path(self.build_lib)
+        (lib / "sentin8" / "native.stamp").unlink(missing_ok=True)  # a build dir kept from an earlier wheel
         try:
             import Cython
             from Cython.Build import cythonize
@@ -64,7 +66,6 @@ class CompileHotPath(build_ext):
             _warn_pure(f"Cython is not installed in the build environment ({exc})")
             return
         builder = _load("_sentin8_cython_build", HERE / "cython_build.py")
-        lib = Path(self.build_lib)
         try:
             # the C files in place of the .py sources, on the Extension objects setuptools has already finalized
             generated = cythonize(

@@ -137,3 +137,26 @@ def test_the_wheel_installed_in_a_clean_venv_has_its_package_data_and_runs(tmp_p
         [str(venv / "bin" / "sentin8-proxy"), "check-config", str(tmp_path / "proxy.toml")], cwd=tmp_path, env=clean
     )
     assert json.loads(checked.stdout)["listen"]["https"] == "0.0.0.0:443"
+
+
+def test_a_build_without_a_c_compiler_makes_a_pure_wheel_and_says_so(tmp_path):
+    """The fallback is loud, never silent: a compiler that fails (``CC=false``) leaves a wheel of the ``.py``
+    files, no extension and no stamp (so nothing half-built can load), with the framed WARNING in pip's verbose
+    output; the installed copy runs pure and ``--version`` says it."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=NOT_SHIPPED)
+    env = {**{k: v for k, v in os.environ.items() if k != "SENTIN8_PURE"}, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+           "CC": "false"}  # fmt: skip
+    built = _run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(tmp_path / "dist"), str(src)],
+                 timeout=1000, env=env)  # fmt: skip
+    assert "WARNING: sentin8 wheel: compilation failed" in built.stdout + built.stderr
+    (wheel,) = (tmp_path / "dist").glob("sentin8_proxy-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+    assert not [n for n in names if n.endswith(".so")] and "sentin8/native.stamp" not in names
+    site = tmp_path / "site"
+    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], env=env)
+    code = f"import sys; sys.path.insert(0, {str(site)!r}); import sentin8; print(sentin8.BUILD, sentin8.__file__)"
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SENTIN8_PURE")}
+    build, where = _run([sys.executable, "-c", code], cwd=tmp_path, env=clean).stdout.split()
+    assert build == "pure" and where.startswith(str(site))
