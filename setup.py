@@ -47,7 +47,7 @@ class BuildWithRevision(build_py):
 def _warn_pure(reason: str) -> None:
     bar = "!" * 100
     print(f"{bar}\nWARNING: sentin8 wheel: {reason}\nWARNING: this wheel runs PURE PYTHON (the same code, "
-          f"not compiled; about twice the CPU per request)\n{bar}", file=sys.stderr)  # fmt: skip
+          f"not compiled; ~2.3x the instructions per request)\n{bar}", file=sys.stderr)  # fmt: skip
 
 
 class CompileHotPath(build_ext):

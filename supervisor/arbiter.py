@@ -192,7 +192,7 @@ class Arbiter:
             tcp_migrate_req=migrate,
             build=sentin8.BUILD,
         )
-        if sentin8.BUILD != "compiled":  # the same code at about twice the CPU per request: an operator must know
+        if sentin8.BUILD != "compiled":  # the same code at ~2.3x the instructions per request: an operator must know
             event("pure_python", "warning", hint="install a wheel built with a C compiler (docs/compiled.md)")
         self._spawn_resolver()
         if self.mgmt_sock is not None:
