@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
@@ -32,6 +33,12 @@ def _load(name: str, path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@functools.cache
+def _builder():
+    """cython_build.py, the in-place build's module: its module list, directives and stamp, loaded once."""
+    return _load("_sentin8_cython_build", HERE / "cython_build.py")
 
 
 class BuildWithRevision(build_py):
@@ -65,7 +72,7 @@ class CompileHotPath(build_ext):
         except ImportError as exc:
             _warn_pure(f"Cython is not installed in the build environment ({exc})")
             return
-        builder = _load("_sentin8_cython_build", HERE / "cython_build.py")
+        builder = _builder()
         try:
             # the C files in place of the .py sources, on the Extension objects setuptools has already finalized
             generated = cythonize(
@@ -91,7 +98,7 @@ class CompileHotPath(build_ext):
 def _extensions() -> list:
     if os.environ.get("SENTIN8_PURE", "") not in ("", "0"):
         return []  # asked for: a pure wheel, tagged for any platform
-    return _load("_sentin8_cython_build", HERE / "cython_build.py").extension_specs()
+    return _builder().extension_specs()
 
 
 setup(cmdclass={"build_py": BuildWithRevision, "build_ext": CompileHotPath}, ext_modules=_extensions())
