@@ -240,14 +240,15 @@ class RawH2Client:
         self.alpn = self.tls.conn.get_alpn_proto_negotiated()
         self.frames = h2frames.RawFrames()
         self._buf = b""
-        self.eof = False
+        self.eof = False  # reading ended: the server's close_notify, FIN or reset, after all it sent
+        self.refused = False  # a write failed (the server closed or reset): what it said before is still readable
         self.send(h2frames.preface(settings, ack=ack))
 
     def send(self, data: bytes) -> None:
         try:
             self.tls.sendall(data)
         except OSError:
-            self.eof = True  # the server closed: what it said is still readable
+            self.refused = True
 
     def read_frames(self, until: type | None = GoAwayFrame, *, timeout: float = 10.0) -> list[Frame]:
         """The server's frames until one of type ``until`` arrives (or the connection ends; ``until`` None:

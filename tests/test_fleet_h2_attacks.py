@@ -110,7 +110,7 @@ def flood(c: RawH2Client, frames: Iterator[bytes], *, max_bytes: int, until_stre
     exhausted = False
     c.tls.sock.settimeout(2.0)
     while time.monotonic() < deadline and not c.eof:
-        if sent < max_bytes and not exhausted:
+        if sent < max_bytes and not exhausted and not c.refused:
             chunk = bytearray()
             while len(chunk) < 16384:
                 try:
@@ -124,8 +124,9 @@ def flood(c: RawH2Client, frames: Iterator[bytes], *, max_bytes: int, until_stre
             except TimeoutError:
                 stalled = True  # the server stopped reading us: only its answer can come now
             except OSError:
-                c.eof = True
-        readable = select.select([c.tls.sock], [], [], 0 if sent < max_bytes and not exhausted else 0.5)[0]
+                c.refused = True  # the server closed or reset us: what it sent before is still to be read
+        sending = sent < max_bytes and not exhausted and not c.refused
+        readable = select.select([c.tls.sock], [], [], 0 if sending else 0.5)[0]
         if readable or c.tls._buf:
             try:
                 got += c.read_frames(None, timeout=2.0)
@@ -209,6 +210,25 @@ def test_attack_family_gets_its_answer_and_a_bystander_is_served(stand, family):
     after = fleet.stats()
     assert any(after.get(k, 0) > before.get(k, 0) for k in counters), (family, {k: after.get(k) for k in counters})
     assert _worker(fleet) == pid  # the worker is alive: no crash, no restart
+
+
+def test_a_client_still_sending_past_our_goaway_reads_it_and_a_clean_close(stand):
+    """What a client sent before it could read our GOAWAY is in flight when we close: its send buffer and our
+    receive buffer, megabytes on Linux. The lingering close reads and drops it all, so the client's writes go
+    through and it reads the GOAWAY, close_notify and a FIN; a bound below what is in flight would reset it,
+    and a stack that drops its receive buffer on a reset would lose the GOAWAY (RFC 9112 §9.6)."""
+    host, fleet, _web = stand
+    c = RawH2Client(host.connect(fleet.port), SNI)
+    queued = h2frames.unknown(payload=b"q" * 16000) * (12 * 1024 * 1024 // 16009)  # 12 MiB, ignored frames
+    c.send(h2frames.window_update(0, 0) + queued)  # a connection error first (RFC 9113 §6.9), then the rest
+    assert not c.refused  # every byte was taken: no reset while we were still sending
+    frames = c.read_frames(GoAwayFrame, timeout=10)
+    while not c.eof:
+        frames += c.read_frames(None, timeout=10)
+    goaways = [f for f in frames if isinstance(f, GoAwayFrame)]
+    assert [g.error_code for g in goaways] == [h2_codes.PROTOCOL_ERROR], frames[-5:]
+    assert c.tls.peer_closed  # close_notify, then the end
+    c.close()
 
 
 def test_zero_window_update_on_a_stream_is_a_protocol_error(stand):

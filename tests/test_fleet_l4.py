@@ -472,7 +472,7 @@ def test_a_refused_hello_lingers_so_a_client_still_sending_reads_the_alert_and_a
     """A hello over limits.peek_max_bytes is refused (an alert, then a FIN) while the client may still be
     sending: a socket closed with unread bytes answers with a reset instead of a FIN, and the reset can destroy
     the alert before the client reads it (CI saw `alert + reset` for a 40 KB hello once). The refused socket
-    lingers: our FIN first, the peer's last bytes read and discarded (up to 1 MiB), then the close. Here the
+    lingers: our FIN first, the peer's last bytes read and discarded (up to 16 MiB), then the close. Here the
     client sends more than the refusal's own read takes (256 KiB) before it reads anything."""
     import threading
 
