@@ -41,6 +41,14 @@ from typing import TYPE_CHECKING
 from OpenSSL import SSL, crypto
 from OpenSSL._util import exception_from_error_queue
 
+try:
+    import cython  # the compiled build's RecordIO calls OpenSSL directly (Cython decides it at compile time)
+except ImportError:  # a pure install without Cython: every call through cffi
+
+    class cython:  # type: ignore[no-redef]
+        compiled = False
+
+
 from sentin8 import openssl_private
 from sentin8.certpair import ServerCert, openssl_reason
 from sentin8.certstore import CertStore
@@ -292,6 +300,7 @@ class RecordIO:
         self._into = conn._into_ssl
         self._from = conn._from_ssl
         self._fed_big = False  # a feed above _RENEW_ABOVE grew the incoming BIO since it was last renewed
+        self._point()
 
     @classmethod
     def accepting(cls, context: SSL.Context) -> RecordIO:
@@ -318,7 +327,16 @@ class RecordIO:
         io._into = into
         io._from = out
         io._fed_big = False
+        io._point()
         return io
+
+    def _point(self) -> None:
+        """The compiled build's C pointers to the SSL object and its two BIOs, for the per-record calls; the cffi
+        objects beside them keep them alive (and free them). Again after each BIO renewal."""
+        if cython.compiled:
+            self._c_ssl = cython.cast(cython.p_void, _c_address(self._ssl))
+            self._c_into = cython.cast(cython.p_void, _c_address(self._into))
+            self._c_from = cython.cast(cython.p_void, _c_address(self._from))
 
     def handshake(self) -> bool:
         """One handshake step: True once complete, False when OpenSSL needs more ciphertext (no
@@ -339,8 +357,12 @@ class RecordIO:
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Ciphertext from the peer into the incoming BIO (a memory BIO takes everything). After a feed of more
         than ``_RENEW_ABOVE`` bytes, the next ``read`` that empties the BIO renews it (``_renew_into``)."""
-        # bytes go to cffi as they are; from_buffer (for a bytearray or memoryview) parses keyword arguments
-        if _BIO_write(self._into, data if type(data) is bytes else _from_buffer(data), len(data)) <= 0 and len(data):
+        if cython.compiled and type(data) is bytes:
+            raw = data
+            n = c_BIO_write(self._c_into, cython.cast(cython.p_char, raw), len(raw))
+        else:  # bytes go to cffi as they are; from_buffer (for a bytearray or memoryview) parses keyword arguments
+            n = _BIO_write(self._into, data if type(data) is bytes else _from_buffer(data), len(data))
+        if n <= 0 and len(data):
             raise exception_from_error_queue(SSL.Error)  # a memory BIO fails only without memory
         if len(data) > _RENEW_ABOVE:
             self._fed_big = True
@@ -349,11 +371,17 @@ class RecordIO:
         """One record's plaintext; None when OpenSSL needs more ciphertext; b"" once the peer's close_notify
         is read (a return value, as ``recv`` says EOF: most connections end so, and pyOpenSSL would build a
         ``ZeroReturnError`` for it). Raises ``SSL.Error`` on failure."""
-        buf = _scratch()
-        n = _SSL_read(self._ssl, buf, _SCRATCH)
-        if n > 0:
-            return _unpack(buf, n)
-        err = _SSL_get_error(self._ssl, n)
+        if cython.compiled:
+            n = c_SSL_read(self._c_ssl, c_scratch, _SCRATCH)  # noqa: F821 (tls.pxd declares it)
+            if n > 0:
+                return c_scratch[:n]  # noqa: F821 (tls.pxd declares it)
+            err = c_SSL_get_error(self._c_ssl, n)
+        else:
+            buf = _scratch()
+            n = _SSL_read(self._ssl, buf, _SCRATCH)
+            if n > 0:
+                return _unpack(buf, n)
+            err = _SSL_get_error(self._ssl, n)
         if err == _WANT_READ:
             if self._fed_big and not _BIO_get_mem_data(self._into, _ffi.NULL):
                 self._renew_into()
@@ -366,7 +394,11 @@ class RecordIO:
     def write(self, data: bytes | bytearray | memoryview) -> int:
         """Encrypt into the outgoing BIO; the bytes taken. Raises ``SSL.WantReadError`` mid post-handshake
         message and ``SSL.Error`` on failure."""
-        n = _SSL_write(self._ssl, data if type(data) is bytes else _from_buffer(data), len(data))
+        if cython.compiled and type(data) is bytes:
+            raw = data
+            n = c_SSL_write(self._c_ssl, cython.cast(cython.p_char, raw), len(raw))
+        else:
+            n = _SSL_write(self._ssl, data if type(data) is bytes else _from_buffer(data), len(data))
         if n > 0:
             return n
         _raise_ssl_error(self._ssl, n)
@@ -383,20 +415,25 @@ class RecordIO:
     def drain(self) -> bytes:
         """Everything OpenSSL produced for the peer (b"" when nothing), in one bytes object. After a drain of
         more than ``_RENEW_ABOVE`` bytes the outgoing BIO is replaced by a fresh one (``_renew_out``)."""
-        buf = _scratch()
-        n = _BIO_read(self._from, buf, _SCRATCH)
-        if n <= 0:
-            return b""  # an empty memory BIO: nothing to send
-        out = _unpack(buf, n)
-        if n < _SCRATCH:
-            if n > _RENEW_ABOVE:
+        out = self._read_out()  # b"" from an empty memory BIO: nothing to send
+        if len(out) < _SCRATCH:
+            if len(out) > _RENEW_ABOVE:
                 self._renew_out()
             return out
         parts = [out]  # more than one scratch buffer's worth (rare: a big write, a handshake flight)
-        while (n := _BIO_read(self._from, buf, _SCRATCH)) > 0:
-            parts.append(_unpack(buf, n))
+        while chunk := self._read_out():
+            parts.append(chunk)
         self._renew_out()
         return b"".join(parts)
+
+    def _read_out(self) -> bytes:
+        """Up to one scratch buffer's worth of the outgoing BIO; b"" when it is empty."""
+        if cython.compiled:
+            n = c_BIO_read(self._c_from, c_scratch, _SCRATCH)  # noqa: F821 (tls.pxd declares it)
+            return c_scratch[:n] if n > 0 else b""  # noqa: F821 (tls.pxd declares it)
+        buf = _scratch()
+        n = _BIO_read(self._from, buf, _SCRATCH)
+        return _unpack(buf, n) if n > 0 else b""
 
     def _renew_out(self) -> None:
         """A fresh, empty outgoing memory BIO in place of the drained one. A memory BIO keeps the largest
@@ -410,6 +447,7 @@ class RecordIO:
             return  # out of memory: keep the old one, which works
         _lib.SSL_set_bio(self._ssl, self._into, bio)
         self._from = bio
+        self._point()
         if self._owner is not None:
             self._owner._from_ssl = bio
 
@@ -425,6 +463,7 @@ class RecordIO:
             return  # out of memory: keep the old one, which works
         _lib.SSL_set_bio(self._ssl, bio, self._from)
         self._into = bio
+        self._point()
         if self._owner is not None:
             self._owner._into_ssl = bio
 
@@ -439,6 +478,23 @@ _HOST_NAME = SSL._lib.TLSEXT_NAMETYPE_host_name
 _SSL_read, _SSL_write, _SSL_get_error = _lib.SSL_read, _lib.SSL_write, _lib.SSL_get_error
 _BIO_read, _BIO_write, _BIO_get_mem_data = _lib.BIO_read, _lib.BIO_write, _lib.BIO_get_mem_data
 _from_buffer, _unpack = _ffi.from_buffer, _ffi.unpack  # unpack: the bytes at once, no buffer object first
+
+
+def _c_address(cdata: object) -> int:
+    """The address a cffi pointer holds, or the C function a cffi function calls."""
+    return int(_ffi.cast("uintptr_t", cdata))
+
+
+if cython.compiled:
+    # The compiled RecordIO calls OpenSSL's per-record functions through these pointers, the functions cffi's
+    # wrappers call: a cffi call hands the GIL off and back and converts each argument, ~900 instructions,
+    # 7 times per keep-alive GET (bench/README.md, "s37"). The GIL stays held (a call is a microsecond or
+    # so), which also makes one scratch buffer, c_scratch, enough for the process.
+    c_SSL_read = cython.cast(_rw_fn, _c_address(_SSL_read))  # noqa: F821 (tls.pxd declares it)
+    c_SSL_write = cython.cast(_rw_fn, _c_address(_SSL_write))  # noqa: F821 (tls.pxd declares it)
+    c_BIO_read = cython.cast(_rw_fn, _c_address(_BIO_read))  # noqa: F821 (tls.pxd declares it)
+    c_BIO_write = cython.cast(_rw_fn, _c_address(_BIO_write))  # noqa: F821 (tls.pxd declares it)
+    c_SSL_get_error = cython.cast(_error_fn, _c_address(_SSL_get_error))  # noqa: F821 (tls.pxd declares it)
 
 
 def _raise_ssl_error(ssl: object, result: int) -> None:
@@ -557,6 +613,8 @@ def release_key_shares(ssl: object) -> int:
 
 _SCRATCH = 65536  # one record is at most 16 KiB of plaintext; output flights can be larger (looped)
 _RENEW_ABOVE = 4096  # a drain above this renews the outgoing BIO: small responses keep theirs (~5 KiB at most)
+if cython.compiled and cython.sizeof(c_scratch) != _SCRATCH:  # noqa: F821 (tls.pxd declares it)
+    raise ImportError("sentin8.tls: tls.pxd's c_scratch is not _SCRATCH bytes")
 _local = threading.local()  # cffi releases the GIL in calls: one scratch buffer per thread, copied out at once
 # The thread that imported this module (a worker's loop thread: fork keeps it) skips the thread-local lookup,
 # ~0.8k instructions a call (callgrind), twice per request. An ident is reused only once its thread is gone,

@@ -138,6 +138,26 @@ def test_the_records_of_a_pyopenssl_connection_keep_its_bio_references_in_step(f
     assert s.get_group_name() == tls.group_name(io) == "X25519MLKEM768"
 
 
+def test_records_of_every_buffer_type_and_a_drain_above_the_scratch_buffer(front: SSL.Context) -> None:
+    # The compiled build calls OpenSSL directly for bytes and through cffi for a bytearray or a memoryview: each
+    # goes in and comes out the same. A drain of more than one scratch buffer (64 KiB) comes out whole, in
+    # order, and the renewed outgoing BIO serves on.
+    c, io = _handshake(front)
+    big = bytes(range(256)) * 600  # 150 KiB of plaintext: ten records, well over one scratch buffer of ciphertext
+    rest = big
+    while rest:  # a record per write (partial writes are on), as the TLS layer loops
+        rest = rest[io.write(rest) :]
+    assert _recv(c, io) == big
+    for kind in (bytes, bytearray, memoryview):
+        label = kind.__name__.encode()
+        assert io.write(kind(b"out " + label)) == 4 + len(label)
+        assert _recv(c, io) == b"out " + label
+        c.send(b"in " + label)
+        io.feed(kind(c.bio_read(65536)))
+        assert io.read() == b"in " + label
+        assert io.read() is None
+
+
 FIELDS = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", SNI.encode()), (b":path", b"/")]
 
 

@@ -101,6 +101,21 @@ def test_sentin8_pure_runs_pure_even_when_compiled():
         assert build == "pure" and where.endswith("exchange.py"), first
 
 
+def test_a_pure_install_without_cython_runs_the_cffi_calls():
+    # sentin8/tls.py asks Cython whether it runs compiled; a pure wheel installed without Cython must import it
+    # all the same and run RecordIO's per-record calls through cffi
+    code = (
+        "import sys; sys.modules['cython'] = None\n"  # as if not installed: its import raises ImportError
+        "import sentin8\nfrom sentin8 import tls\n"
+        "io = tls.RecordIO.accepting(tls.client_context())\n"
+        "print(sentin8.BUILD, tls.cython.compiled, io.read(), io.drain() == b'', tls.__file__)"
+    )
+    env = {**os.environ, "SENTIN8_PURE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    build, compiled, read, drained, where = out.split()
+    assert (build, compiled, read, drained) == ("pure", "False", "None", "True") and where.endswith("tls.py")
+
+
 @pytest.mark.skipif(not COMPILED, reason="pure Python build (./dev builds the compiled one)")
 def test_a_compiled_build_runs_compiled_in_a_fresh_process():
     build, where = _build_in_child("").split()
