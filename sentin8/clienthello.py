@@ -152,18 +152,30 @@ def parse(buf: bytes, limit: int = 1 << 20) -> ClientHello | Incomplete:
             version = TLS12 if ctype == CONTENT_CHANGE_CIPHER_SPEC else (buf[pos + 1] << 8) | buf[pos + 2]
             raise ClientHelloError(f"record type {ctype:#x} before the ClientHello", ALERT_UNEXPECTED_MESSAGE, version)
         empty = 0
-        msg += buf[pos + RECORD_HEADER : end]
+        at = pos + RECORD_HEADER
+        if not msg and end - at >= 4:
+            # the usual case, a message header in the first record: read the body where it lies, no copy
+            body_len = _message_length(buf, at, limit)
+            if end - at >= 4 + body_len:
+                return _parse_body(buf, at + 4, at + 4 + body_len, end)
+        msg += buf[at:end]
         pos = end
         if len(msg) >= 4:
-            if msg[0] != HANDSHAKE_CLIENT_HELLO:
-                raise ClientHelloError(f"handshake type {msg[0]} is not ClientHello", ALERT_UNEXPECTED_MESSAGE)
-            body_len = (msg[1] << 16) | (msg[2] << 8) | msg[3]
-            if body_len > MAX_CLIENT_HELLO:
-                raise HelloTooLarge(f"ClientHello of {body_len} bytes", ALERT_ILLEGAL_PARAMETER)
-            if _min_wire(body_len) > limit:
-                raise HelloTooLarge(f"ClientHello of {body_len} bytes over the limit", ALERT_ILLEGAL_PARAMETER)
+            body_len = _message_length(msg, 0, limit)
             if len(msg) >= 4 + body_len:
-                return _parse_body(msg[4 : 4 + body_len], pos)
+                return _parse_body(msg, 4, 4 + body_len, pos)
+
+
+def _message_length(data: bytes, at: int, limit: int) -> int:
+    """The body length in the handshake header at ``data[at:at + 4]``, once the type and size are judged."""
+    if data[at] != HANDSHAKE_CLIENT_HELLO:
+        raise ClientHelloError(f"handshake type {data[at]} is not ClientHello", ALERT_UNEXPECTED_MESSAGE)
+    body_len = (data[at + 1] << 16) | (data[at + 2] << 8) | data[at + 3]
+    if body_len > MAX_CLIENT_HELLO:
+        raise HelloTooLarge(f"ClientHello of {body_len} bytes", ALERT_ILLEGAL_PARAMETER)
+    if _min_wire(body_len) > limit:
+        raise HelloTooLarge(f"ClientHello of {body_len} bytes over the limit", ALERT_ILLEGAL_PARAMETER)
+    return body_len
 
 
 def _incomplete(have: int, limit: int, missing: int) -> Incomplete:
@@ -200,24 +212,24 @@ def _vec(buf: bytes, pos: int, width: int, limit: int) -> tuple[int, int]:
     return start, end
 
 
-def _parse_body(body: bytes, size: int) -> ClientHello:
-    # Plain index arithmetic over bytes: this runs for every connection, and a reader object with a method
-    # call per field cost more than the rest of the routing decision.
-    n = len(body)
+def _parse_body(data: bytes, first: int, n: int, size: int) -> ClientHello:
+    # The body is data[first:n], read by offset (no slice is copied). Plain index arithmetic over bytes: this
+    # runs for every connection, and a reader object with a method call per field cost more than the rest of
+    # the routing decision.
     # legacy_version (2) and random (32) are not judged: with supported_versions the version is ignored
     # (RFC 8446 §4.2.1), without it the terminating TLS server refuses it as it would without the proxy
-    start, end = _vec(body, 34, 1, n)  # session id
+    start, end = _vec(data, first + 34, 1, n)  # session id
     if end - start > 32:
         raise _decode_error("session id longer than 32 bytes")
-    start, end = _vec(body, end, 2, n)  # cipher suites
+    start, end = _vec(data, end, 2, n)  # cipher suites
     if end - start < 2 or (end - start) % 2:
         raise _decode_error("bad cipher_suites length")
-    start, end = _vec(body, end, 1, n)  # compression methods
+    start, end = _vec(data, end, 1, n)  # compression methods
     if end == start:
         raise _decode_error("no compression methods")
     if end == n:
         return ClientHello(None, (), size)  # no extensions at all (pre-TLS 1.2 style)
-    pos, ext_end = _vec(body, end, 2, n)
+    pos, ext_end = _vec(data, end, 2, n)
     if ext_end != n:
         raise _decode_error("trailing bytes after extensions")
     # The whole list is framed (and duplicates found) before any content is judged, as the reference does.
@@ -228,8 +240,8 @@ def _parse_body(body: bytes, size: int) -> ClientHello:
         start = pos + 4
         if start > ext_end:
             raise _decode_error("field runs past the end of the ClientHello")
-        etype = (body[pos] << 8) | body[pos + 1]
-        pos = start + ((body[pos + 2] << 8) | body[pos + 3])
+        etype = (data[pos] << 8) | data[pos + 1]
+        pos = start + ((data[pos + 2] << 8) | data[pos + 3])
         if pos > ext_end:
             raise _decode_error("field runs past the end of the ClientHello")
         if etype == EXT_SERVER_NAME:
@@ -240,55 +252,74 @@ def _parse_body(body: bytes, size: int) -> ClientHello:
             if alpn_at >= 0:
                 raise ClientHelloError("duplicate ALPN extension", ALERT_ILLEGAL_PARAMETER)
             alpn_at, alpn_end = start, pos
-    sni = _server_name(body[sni_at:sni_end]) if sni_at >= 0 else None
-    alpn = _alpn(body[alpn_at:alpn_end]) if alpn_at >= 0 else ()
+    sni = _server_name(data, sni_at, sni_end) if sni_at >= 0 else None
+    alpn = _alpn(data, alpn_at, alpn_end) if alpn_at >= 0 else ()
     return ClientHello(sni, alpn, size)
 
 
-def _server_name(data: bytes) -> str:
-    # As the reference: exactly one entry, of type host_name, and nothing after it (RFC 6066 allows other
-    # name types, but none was ever defined and OpenSSL refuses them).
-    pos, end = _vec(data, 0, 2, len(data))
-    if end != len(data) or pos == end:
+def _server_name(data: bytes, first: int, last: int) -> str:
+    # The extension is data[first:last]. As the reference: exactly one entry, of type host_name, and nothing
+    # after it (RFC 6066 allows other name types, but none was ever defined and OpenSSL refuses them).
+    pos, end = _vec(data, first, 2, last)
+    if end != last or pos == end:
         raise _decode_error("bad server_name list")
     if data[pos] != 0:
         raise _decode_error("server name type is not host_name")
     start, pos = _vec(data, pos + 1, 2, end)
     if pos != end:
         raise _decode_error("more than one server name")
-    return _hostname(data[start:pos])
+    return _hostname(data, start, end)
 
 
-_HOST_BYTES = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-."
+def _hostname(data: bytes, start: int, end: int) -> str:
+    """The name in data[start:end], lower case and without its trailing dot, or the alert for it.
 
-
-def _hostname(raw: bytes) -> str:
-    # Over 255 bytes or with a NUL the reference answers unrecognized_name; it serves any other bytes (it has
-    # no names to choose between). A router does: a name that cannot be a DNS hostname gets the same alert.
-    # Checked with bytes methods, not a regular expression: this runs for every connection.
-    if len(raw) > MAX_HOST_NAME or b"\x00" in raw:
+    Over 255 bytes or with a NUL the reference answers unrecognized_name; it serves any other bytes (it has no
+    names to choose between). A router does: a name that cannot be a DNS hostname (labels of 1 to 63 letters,
+    digits, "_" or "-", joined by single dots) gets the same alert. One pass over the bytes, which the
+    compiled build runs as a C loop: this runs for every connection."""
+    if end - start > MAX_HOST_NAME:
         raise ClientHelloError("server name too long or with a NUL", ALERT_UNRECOGNIZED_NAME)
-    if not raw.isascii():
+    if end > start and data[end - 1] == 0x2E:  # one trailing dot (a NUL or a non-ASCII byte is never one)
+        end -= 1
+    nul = non_ascii = False
+    dns = 0 < end - start <= 253
+    label = 0
+    after_dot = True  # at the start, a dot would open an empty label
+    for i in range(start, end):
+        c = data[i]
+        if c == 0x2E:
+            if after_dot:
+                dns = False  # a leading dot, or two in a row
+            after_dot = True
+            label = 0
+            continue
+        after_dot = False
+        label += 1
+        if label > 63:
+            dns = False
+        if 0x61 <= c <= 0x7A or 0x41 <= c <= 0x5A or 0x30 <= c <= 0x39 or c == 0x5F or c == 0x2D:
+            continue
+        dns = False
+        if c == 0:
+            nul = True
+        elif c > 0x7F:
+            non_ascii = True
+    if after_dot:
+        dns = False  # empty, or a second trailing dot
+    if nul:
+        raise ClientHelloError("server name too long or with a NUL", ALERT_UNRECOGNIZED_NAME)
+    if non_ascii:
         raise ClientHelloError("server name is not ASCII", ALERT_UNRECOGNIZED_NAME)
-    if raw.endswith(b"."):
-        raw = raw[:-1]
-    # labels of 1 to 63 letters, digits, "_" or "-", joined by single dots
-    if (
-        not raw
-        or len(raw) > 253
-        or raw.translate(None, _HOST_BYTES)
-        or raw.startswith(b".")
-        or raw.endswith(b".")
-        or b".." in raw
-        or (len(raw) > 63 and max(map(len, raw.split(b"."))) > 63)
-    ):
+    if not dns:
         raise ClientHelloError("server name is not a DNS hostname", ALERT_UNRECOGNIZED_NAME)
-    return raw.decode("ascii").lower()
+    return data[start:end].decode("ascii").lower()
 
 
-def _alpn(data: bytes) -> tuple[str, ...]:
-    pos, end = _vec(data, 0, 2, len(data))
-    if end != len(data) or pos == end:
+def _alpn(data: bytes, first: int, last: int) -> tuple[str, ...]:
+    # The extension is data[first:last].
+    pos, end = _vec(data, first, 2, last)
+    if end != last or pos == end:
         raise _decode_error("bad ALPN list")
     out = []
     while pos < end:
