@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from . import breaker, refusals
+from . import refusals
+from .breaker import CLOSED, OPEN
 from .eventlog import event
 from .refusals import Refusal
 from .routing import Instance, Route, RoutingTable
@@ -109,9 +110,9 @@ class Backends:
         if breakers is None:
             return
         change = breakers.record(instance_id, ok)
-        if change == breaker.OPEN:
+        if change == OPEN:
             self._counters.inc("breaker_opened")
             event("breaker_open", "warning", instance=instance_id, open_s=self._breaker_open_s)
-        elif change == breaker.CLOSED:
+        elif change == CLOSED:
             self._counters.inc("breaker_closed")
             event("breaker_closed", instance=instance_id)

@@ -23,12 +23,16 @@ import ipaddress
 import os
 import socket
 from collections.abc import Callable
+from errno import EAGAIN, EINPROGRESS
+from socket import IPPROTO_TCP, TCP_NODELAY
 
 from sentin8.backends import Backends
 from sentin8.routing import Instance
 
 from .poll_set import ERR, HUP, ONESHOT, OUT, PollSet
 from .timer_queue import TimerEntry
+
+_STREAM_NONBLOCK = int(socket.SOCK_STREAM | socket.SOCK_NONBLOCK)  # once, not per connect
 
 
 @functools.lru_cache(maxsize=4096)
@@ -71,12 +75,12 @@ class ConnectAttempt:
         try:
             # the C socket type: socket.py's subclass adds nothing the pipe uses, and its __init__ and close are
             # interpreted calls, per L4 connection (a backend socket never goes to uvloop, which wants socket.socket)
-            sock = self.sock = _socket.socket(self.family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+            sock = self.sock = _socket.socket(self.family, _STREAM_NONBLOCK)
             err = sock.connect_ex(self.addr)
         except OSError as exc:
             loop.call_soon(self._failed, exc)
             return
-        if err == 0 or err in (errno.EINPROGRESS, errno.EAGAIN):
+        if err == 0 or err in (EINPROGRESS, EAGAIN):
             # even an instant connect waits for its writable event: on_done never runs inside start
             self.poll.watch(sock.fileno(), OUT | ONESHOT, self._writable)
             self.timer = self.poll.timers.at(self.deadline, self._expired)
@@ -93,7 +97,7 @@ class ConnectAttempt:
             err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) if events & (ERR | HUP) else 0
             if err:
                 raise OSError(err, os.strerror(err))
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(IPPROTO_TCP, TCP_NODELAY, 1)
         except OSError as exc:
             self._failed(exc)
             return

@@ -20,6 +20,7 @@ import _socket
 import asyncio
 import socket
 from collections.abc import Awaitable, Callable
+from socket import IPPROTO_TCP, TCP_NODELAY
 
 from sentin8 import proxy_protocol, refusals
 from sentin8.backends import Backends
@@ -288,7 +289,7 @@ class Arrival:
                     return
                 preface = proxy_protocol.encode_proxy(self.addr[:2], local)
             try:  # not contextlib.suppress: an interpreted context manager per connection
-                self.conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.conn.setsockopt(IPPROTO_TCP, TCP_NODELAY, 1)
             except OSError:
                 pass  # a client already gone: the pipe finds out on its own
             pipe = SplicePipe(door.poll, self.conn, backend, door.pipes, self._pipe_closed)

@@ -21,6 +21,7 @@ import fcntl
 import os
 import socket
 from collections.abc import Callable
+from os import splice  # bound once: a module attribute is a lookup per call, twice per read
 
 from sentin8.eventlog import event
 
@@ -106,7 +107,7 @@ class _Direction:
         if pipe is None:
             pipe = self.pipe = self.pool.get()
         try:
-            n = os.splice(self.src_fd, pipe[1], CHUNK, flags=SPLICE_FLAGS)
+            n = splice(self.src_fd, pipe[1], CHUNK, flags=SPLICE_FLAGS)
         except OSError as exc:
             if exc.errno in _RETRY:
                 self._release_if_empty()
@@ -129,7 +130,7 @@ class _Direction:
     def flush(self) -> None:
         while self.pending:
             try:
-                m = os.splice(self.pipe[0], self.dst_fd, self.pending, flags=SPLICE_FLAGS)  # type: ignore[index]
+                m = splice(self.pipe[0], self.dst_fd, self.pending, flags=SPLICE_FLAGS)  # type: ignore[index]
             except OSError as exc:
                 if exc.errno in _RETRY:
                     # destination full: stop reading the source until it drains

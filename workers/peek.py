@@ -22,6 +22,7 @@ from typing import Generic, TypeVar
 
 from sentin8 import clienthello, proxy_protocol, refusals
 from sentin8.clienthello import BadRecordVersion, ClientHello, ClientHelloError, HelloTooLarge, Incomplete
+from sentin8.clienthello import parse as parse_client_hello
 from sentin8.proxy_protocol import ProxyHeader, ProxyProtocolError
 from sentin8.refusals import Refusal
 
@@ -180,7 +181,7 @@ class HelloPeek(_Wait[ClientHello]):
         except OSError:
             raise PeekFailed("peek_eof") from None  # reset by the peer: nothing to answer
         try:
-            result = clienthello.parse(data, self.max_bytes)
+            result = parse_client_hello(data, self.max_bytes)
         except ClientHelloError as exc:
             if self.refuse_proxy and data[:1] in (b"\r", b"P") and self._proxy_signature(data):
                 return None  # the start of a signature: wait for the rest of it
