@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import httptools
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sentin8.http.framing import (
     REASONS,
@@ -290,6 +292,48 @@ def test_request_head_serialization():
     raw = request_head(b"POST", b"/x", [(b"Host", b"a"), (b"X", b"1")], framing=(b"Content-Length", b"3"))
     assert raw == b"POST /x HTTP/1.1\r\nHost: a\r\nX: 1\r\nContent-Length: 3\r\n\r\n"
     assert request_head(b"GET", b"/", [], framing=None) == b"GET / HTTP/1.1\r\n\r\n"
+
+
+_FIELD = st.tuples(st.binary(min_size=1, max_size=40), st.binary(max_size=300))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    method=st.binary(min_size=1, max_size=10),
+    target=st.binary(min_size=1, max_size=200),
+    fields=st.lists(_FIELD, max_size=30),
+    framing=st.none() | _FIELD,
+    status=st.integers(100, 599),
+    reason=st.binary(max_size=30),
+    extra=st.lists(_FIELD, max_size=3),
+)
+def test_a_head_is_its_pieces_in_order_whatever_they_hold(method, target, fields, framing, status, reason, extra):
+    """Both heads byte for byte as the fields say, on both builds (compiled: one sized copy, not a join)."""
+    lines = b"".join(name + b": " + value + b"\r\n" for name, value in fields)
+    framed = b"" if framing is None else framing[0] + b": " + framing[1] + b"\r\n"
+    assert request_head(method, target, fields, framing=framing) == (
+        method + b" " + target + b" HTTP/1.1\r\n" + lines + framed + b"\r\n"
+    )
+    extra_lines = b"".join(name + b": " + value + b"\r\n" for name, value in extra)
+    status_line = response_head(status, reason, [])[:-2]
+    assert status_line.startswith(b"HTTP/1.1 %d " % status) and status_line.endswith(b"\r\n")
+    assert response_head(status, reason, fields, extra) == status_line + lines + extra_lines + b"\r\n"
+    assert response_head(status, reason, tuple(fields), tuple(extra)) == status_line + lines + extra_lines + b"\r\n"
+
+
+def test_a_head_of_other_buffer_types_or_a_generator_is_still_written():
+    # what the join took, the head still takes: a bytearray or memoryview value, fields from a generator
+    fields = [(b"A", bytearray(b"1")), (b"B", memoryview(b"22"))]
+    expected = b"GET / HTTP/1.1\r\nA: 1\r\nB: 22\r\n\r\n"
+    assert request_head(b"GET", b"/", fields, framing=None) == expected
+    assert request_head(b"GET", b"/", iter(fields), framing=None) == expected
+    assert response_head(200, b"OK", iter([(b"A", b"1")]), iter([(b"C", b"x")])).endswith(b"\r\nA: 1\r\nC: x\r\n\r\n")
+    with pytest.raises(TypeError):
+        request_head(b"GET", b"/", [(b"A", "text")], framing=None)  # a str is not bytes, compiled or not
+    with pytest.raises(TypeError):
+        request_head(b"GET", b"/", [(b"A", None)], framing=None)
+    with pytest.raises(ValueError):
+        request_head(b"GET", b"/", [(b"A", b"1", b"2")], framing=None)
 
 
 def test_response_head_serialization():

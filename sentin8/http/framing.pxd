@@ -1,5 +1,13 @@
 # C declarations for framing.py's hot classes (Cython pure-Python mode; the .py stays the source).
 cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING
+from libc.string cimport memcpy
+
+cdef extern from *:
+    """
+    static inline PyObject *sentin8_new_bytes(Py_ssize_t size) { return PyBytes_FromStringAndSize(NULL, size); }
+    """
+    bytes _new_bytes "sentin8_new_bytes"(Py_ssize_t size)  # a bytes object to fill (framing._head)
 
 cdef class HeaderBudget:
     cdef public Py_ssize_t count, max_count, max_size, size
@@ -23,3 +31,7 @@ cpdef RequestHead validate_request(method, url, version, list headers, bint keep
 cpdef bint request_line_is_http(raw, method, url)
 cpdef bytes request_head(method, target, headers, framing)
 cpdef bytes response_head(status, reason, headers, extra=*)
+cdef bytes _head(list lead, headers, extra)
+@cython.locals(size=Py_ssize_t, at=cython.p_char, head=bytes)
+cdef _head_in_one_copy(list lead, headers, extra)
+cdef char *_put(char *at, bytes data) noexcept
