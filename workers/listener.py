@@ -184,8 +184,7 @@ class Acceptor:
 
     def _readable(self, listener: Listener, kind: int) -> None:
         counters = self.counters
-        taken_now: cython.int  # a C counter in the compiled build
-        for taken_now in range(ACCEPT_BATCH):  # noqa: B007
+        for _ in range(ACCEPT_BATCH):
             try:
                 taken = listener.accept()  # non-blocking; TCP_NODELAY: uvloop sets it, the L4 pipe its own
             except OSError as exc:
