@@ -1,8 +1,14 @@
 # C declarations for headers.py's per-request helpers (Cython pure-Python mode; headers.py stays the source):
 # forward_headers calls each once per request, as C calls instead of through the Python call protocol.
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING
+from sentin8.http.framing cimport _new_bytes
 cpdef tuple _filter_request(list headers, bint websocket, bint http10)
 cpdef bytes correlation_id(object client_value)
 cpdef bytes _uuid4()
+@cython.locals(ids=bytes, dst=cython.p_char, src=cython.p_char, k=Py_ssize_t, j=int, b=int, at=int, digit=int,
+               stride=Py_ssize_t, count=Py_ssize_t)
+cdef bytes _formatted_ids(bytes random)
 cpdef list _drop_listed(list out, list tokens)
 cpdef tuple _route_context(route)
 # per request, from the admission and the relay (they cimport them): C calls
