@@ -23,8 +23,7 @@ from typing import Protocol
 
 from sentin8.routing import Instance
 
-from . import deadline
-from .deadline import Deadline
+from .deadline import NONE, POOL_IDLE, RESPONSE, Deadline
 from .task_timeout import TaskTimeout
 from .unread import UnreadWatch
 
@@ -98,7 +97,7 @@ class UpstreamConn:  # an asyncio.Protocol by its methods: no base, as a cdef cl
             self.ready.set_result(None)
 
     def data_received(self, data: bytes) -> None:
-        self._deadline.kind = deadline.NONE  # a response started (or an idle one closes)
+        self._deadline.kind = NONE  # a response started (or an idle one closes)
         owner = self.owner
         if owner is not None:
             owner.upstream_data(data)
@@ -187,18 +186,18 @@ class UpstreamConn:  # an asyncio.Protocol by its methods: no base, as a cdef cl
 
     def expect_response(self) -> None:
         """The request is all sent: the backend has ``response_timeout_s`` to start answering."""
-        self._deadline.arm(deadline.RESPONSE, self.pool.response_timeout_s)
+        self._deadline.arm(RESPONSE, self.pool.response_timeout_s)
 
     def idle(self) -> None:
         """Parked in the pool: closed after ``idle_timeout_s`` unless taken again."""
-        self._deadline.arm(deadline.POOL_IDLE, self.pool.idle_timeout_s)
+        self._deadline.arm(POOL_IDLE, self.pool.idle_timeout_s)
 
     def in_use(self) -> None:
         """Taken from the pool: no deadline until the next request is sent."""
-        self._deadline.kind = deadline.NONE
+        self._deadline.kind = NONE
 
     def _deadline_passed(self, kind: int) -> None:
-        if kind == deadline.POOL_IDLE:
+        if kind == POOL_IDLE:
             self.close()
         elif self.owner is not None:
             self.owner.upstream_timeout()

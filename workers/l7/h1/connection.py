@@ -28,14 +28,14 @@ from sentin8.http.h1_response import H1Response
 from sentin8.http.headers import Header
 from workers.upstream import UpstreamConn
 
-from ... import deadline
+from ...deadline import BODY, HEADER, IDLE, NONE, Deadline
 from ...unread import peer_spoke
 from ..contract import L7Context
 from ..downstream import NO_FACTS, ConnectionFacts
 from ..exchange import Exchange
 from ..linger import LINGER_BYTES, LINGER_S
 from ..request import Request
-from . import flow
+from .flow import BODY_BUFFER_LIMIT, BODY_HELD, CLIENT_WRITE_HIGH_WATER, PIPELINED, STOPPED, UPSTREAM_FULL, ReadPause
 from .reader import RequestReader
 from .tunnel import Tunnel
 from .writer import NO_RESPONSE
@@ -78,9 +78,9 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         self._ex: Exchange | None = None
         self._tunnel: Tunnel | None = None
         self._upgrade_req: Request | None = None
-        self._read = flow.ReadPause()
+        self._read = ReadPause()
         self._write_paused = False
-        self._deadline = deadline.Deadline(loop, self._deadline_passed)
+        self._deadline = Deadline(loop, self._deadline_passed)
         self._body_activity = 0.0
         self._closing = False
         self._eof = False
@@ -124,7 +124,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         self._send = getattr(transport, "write_soon", None) or transport.write  # type: ignore[attr-defined]
         self._read.transport = self.transport
         try:
-            transport.set_write_buffer_limits(high=flow.CLIENT_WRITE_HIGH_WATER)  # type: ignore[attr-defined]
+            transport.set_write_buffer_limits(high=CLIENT_WRITE_HIGH_WATER)  # type: ignore[attr-defined]
         except (AttributeError, NotImplementedError):
             pass
         self.facts = ConnectionFacts.of(
@@ -138,7 +138,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         )
         self.ctx.count("l7_connections_h1")
         # The first head must arrive within the header deadline too (a silent connection is a slowloris).
-        self._deadline.arm(deadline.HEADER, self._header_timeout)
+        self._deadline.arm(HEADER, self._header_timeout)
         self._idle_since = self.loop.time()
         if self._draining:  # the handshake finished in a draining worker: answer, with Connection: close
             self._arm_drain_grace()
@@ -155,13 +155,13 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         if self._upgrade_req is not None:
             self._hold_upgrade_data(data)
             return
-        if self._read.bits & flow.STOPPED:
+        if self._read.bits & STOPPED:
             return
         kind = self._deadline.kind
-        if kind == deadline.BODY:
+        if kind == BODY:
             self._body_activity = self.loop.time()
-        elif kind == deadline.IDLE or (kind == deadline.NONE and self._ex is None and self._req is None):
-            self._deadline.arm(deadline.HEADER, self._header_timeout)  # the first byte of a new head
+        elif kind == IDLE or (kind == NONE and self._ex is None and self._req is None):
+            self._deadline.arm(HEADER, self._header_timeout)  # the first byte of a new head
         req = self._req
         in_head = req is not None and req.head is None
         if in_head:
@@ -292,7 +292,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         if self._ex is None:
             self._start(req)
         else:
-            self._read.pause(flow.PIPELINED)
+            self._read.pause(PIPELINED)
 
     def _end_request(self, req: Request) -> None:
         if req.counted:
@@ -311,7 +311,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         assert head is not None
         if head.has_body and not req.complete and req is self._req:
             self._body_activity = self.loop.time()
-            self._deadline.arm(deadline.BODY, self._idle_timeout)
+            self._deadline.arm(BODY, self._idle_timeout)
         ex.begin()
 
     def exchange_done(self, ex: Exchange) -> None:
@@ -329,7 +329,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         self._end_request(req)
         if req.complete:  # the reader is done with it: break request <-> exchange, freed by refcount alone
             req.exchange = None
-        self._deadline.disarm_if(deadline.BODY)
+        self._deadline.disarm_if(BODY)
         if self._closing:
             return
         # A backend may answer before the request's body has all arrived (it did not need it). The rest is
@@ -352,17 +352,17 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         # connection still idle when the grace ends is closed.
         if self._draining:
             self._arm_drain_grace()
-        self.resume_reading(flow.UPSTREAM_FULL | flow.BODY_HELD | (flow.PIPELINED if len(self._queue) <= 1 else 0))
+        self.resume_reading(UPSTREAM_FULL | BODY_HELD | (PIPELINED if len(self._queue) <= 1 else 0))
         if self._queue:
             self._start(self._queue[0])
         elif drain_rest:
             self._body_activity = self.loop.time()
-            self._deadline.arm(deadline.BODY, self._idle_timeout)  # the rest must keep coming, as any body
+            self._deadline.arm(BODY, self._idle_timeout)  # the rest must keep coming, as any body
         elif self._req is not None:
-            self._deadline.arm(deadline.HEADER, self._header_timeout)
+            self._deadline.arm(HEADER, self._header_timeout)
         else:
             self._idle_since = self.loop.time()
-            self._deadline.arm(deadline.IDLE, self._idle_timeout)
+            self._deadline.arm(IDLE, self._idle_timeout)
 
     def open_tunnel(self, ex: Exchange, conn: UpstreamConn, reason: bytes, headers: list[Header], first: bytes) -> None:
         """After a 101: the client gets it, then its bytes go to a tunnel, never to the parser again; no deadline
@@ -371,7 +371,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         self._tunnel = Tunnel(ex, self, conn, first, ex.req.take_upgrade_data())
         self._upgrade_req = None
         self._deadline.disarm()
-        self.resume_reading(flow.BODY_HELD | flow.STOPPED | flow.PIPELINED)
+        self.resume_reading(BODY_HELD | STOPPED | PIPELINED)
 
     # -- body bytes held for an exchange ---------------------------------------------------------------
     def hold_body(self, req: Request, body: bytes) -> None:
@@ -393,8 +393,8 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         assert req is not None
         req.upgrade_data.append(data)
         req.buffered += len(data)
-        if req.buffered > flow.BODY_BUFFER_LIMIT:  # the WAF's limit does not apply: it never sees these
-            self._read.pause(flow.BODY_HELD)
+        if req.buffered > BODY_BUFFER_LIMIT:  # the WAF's limit does not apply: it never sees these
+            self._read.pause(BODY_HELD)
 
     # -- flow control, deadlines, writes ---------------------------------------------------------------
     def pause_reading(self, bit: int) -> None:
@@ -408,29 +408,29 @@ class L7Bridge(RequestReader, asyncio.Protocol):
 
     # the Downstream's request-body flow
     def body_taken(self) -> None:
-        self.resume_reading(flow.BODY_HELD)
+        self.resume_reading(BODY_HELD)
 
     def pause_body(self) -> None:
-        self._read.pause(flow.UPSTREAM_FULL)
+        self._read.pause(UPSTREAM_FULL)
 
     def resume_body(self) -> None:
-        self.resume_reading(flow.UPSTREAM_FULL)
+        self.resume_reading(UPSTREAM_FULL)
 
     def _deadline_passed(self, kind: int) -> None:
         if self._closing:
             return
-        if kind == deadline.HEADER:
+        if kind == HEADER:
             self.ctx.count("slowloris_closed")
             self._abort()
-        elif kind == deadline.IDLE:
+        elif kind == IDLE:
             self.ctx.count("idle_closed")
             self._close()
-        elif kind == deadline.BODY:
+        elif kind == BODY:
             quiet = self.loop.time() - self._body_activity
             if self._read.bits or quiet < self._idle_timeout:
                 # We paused reading ourselves, or bytes came since: the body is not idle yet.
                 delay = self._idle_timeout - quiet if not self._read.bits else self._idle_timeout
-                self._deadline.arm(deadline.BODY, delay)
+                self._deadline.arm(BODY, delay)
                 return
             self.ctx.count("body_timeout")
             ex = self._ex

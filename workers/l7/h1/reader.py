@@ -22,10 +22,10 @@ from sentin8.http.body import body_over_limit, chunk_size_acceptable
 from sentin8.http.framing import HeaderBudget, HeadError, request_line_is_http, validate_request
 from sentin8.http.llhttp_private import VERSIONS, chunk_size_view, version_view
 
-from ... import deadline
+from ...deadline import BODY, HEADER, Deadline
 from ..contract import L7Context
 from ..request import Request, Stop
-from . import flow
+from .flow import STOPPED, ReadPause
 from .writer import ResponseWriter
 
 log = logging.getLogger("sentin8.l7")
@@ -40,7 +40,7 @@ class RequestReader(ResponseWriter):
     ctx: L7Context
     loop: asyncio.AbstractEventLoop
     _closing: bool
-    _read: flow.ReadPause
+    _read: ReadPause
     _req: Request | None
     _upgrade_req: Request | None
     _max_headers: int
@@ -50,7 +50,7 @@ class RequestReader(ResponseWriter):
     _parser: httptools.HttpRequestParser
     _progress: bool
     _completed_in_feed: bool
-    _deadline: deadline.Deadline
+    _deadline: Deadline
     _body_cap: int  # limits.max_request_body_bytes (0 = none)
     _chunk_size: ctypes.c_uint64 | None  # the parser's current chunk size, looked up at the first chunk
     _version: ctypes.c_uint16 | None  # the parser's HTTP version, looked up at the second head
@@ -66,7 +66,7 @@ class RequestReader(ResponseWriter):
 
     # -- httptools request callbacks -------------------------------------------------------------------
     def on_message_begin(self) -> None:
-        if self._closing or self._read.bits & flow.STOPPED:
+        if self._closing or self._read.bits & STOPPED:
             raise Stop
         req = self._req = Request(HeaderBudget(self._max_headers, self._max_header_bytes))
         req.line_raw.append(self._feeding)
@@ -126,7 +126,7 @@ class RequestReader(ResponseWriter):
                 self.ctx.count(exc.counter)
             self._reject(exc.status)
             raise Stop from None
-        self._deadline.disarm_if(deadline.HEADER)
+        self._deadline.disarm_if(HEADER)
         if head.websocket:
             self._upgrade_req = req  # bytes after this head belong to the websocket, not to HTTP
         elif upgrade:
@@ -174,7 +174,7 @@ class RequestReader(ResponseWriter):
         req.complete = True
         self._progress = True
         self._completed_in_feed = True
-        self._deadline.disarm_if(deadline.BODY)
+        self._deadline.disarm_if(BODY)
         ex = req.exchange
         if ex is not None:
             ex.client_body_end()
@@ -187,8 +187,8 @@ class RequestReader(ResponseWriter):
         refusal = refusals.for_head_status(status)
         if refusal is not None:
             self.ctx.refused(refusal)
-        self._read.pause(flow.STOPPED)
-        self._deadline.disarm_if(deadline.HEADER)
+        self._read.pause(STOPPED)
+        self._deadline.disarm_if(HEADER)
         req = self._req
         self._req = None
         if req is None or req.head is not None:
@@ -200,7 +200,7 @@ class RequestReader(ResponseWriter):
         """The body of a request whose head was accepted turned out malformed (400) or too large (413)."""
         req = self._req
         self._req = None
-        self._read.pause(flow.STOPPED)
+        self._read.pause(STOPPED)
         if req is None:
             return
         ex = req.exchange
@@ -211,7 +211,7 @@ class RequestReader(ResponseWriter):
 
     def _parse_failed(self, exc: httptools.HttpParserError) -> None:
         cause = exc.__context__
-        if self._closing or (isinstance(cause, Stop) and self._read.bits & flow.STOPPED):
+        if self._closing or (isinstance(cause, Stop) and self._read.bits & STOPPED):
             return  # a callback already decided
         if cause is not None and not isinstance(cause, Stop):
             log.error("L7 bridge callback failed", exc_info=cause)

@@ -44,7 +44,7 @@ from sentin8.http.h2_engine import (
 )
 from sentin8.http.h2_request import STREAM_ERROR, H2Refusal, check_body_length, check_trailers, map_request
 
-from ... import deadline
+from ...deadline import BODY, Deadline
 from ..contract import L7Context
 from ..downstream import NO_FACTS, ConnectionFacts
 from ..exchange import Exchange
@@ -190,7 +190,7 @@ class H2Bridge(ConnectionLifecycle, asyncio.Protocol):
             req = st.req
             req.received += len(ev.data)  # type: ignore[attr-defined]
             if st.body_deadline is not None:
-                st.body_deadline.arm(deadline.BODY, self._idle_timeout)  # activity: the idle time starts again
+                st.body_deadline.arm(BODY, self._idle_timeout)  # activity: the idle time starts again
             try:
                 check_body_length(req.head.content_length, req.received, ev.end_stream)  # type: ignore[attr-defined,union-attr]
             except H2Refusal as exc:
@@ -281,8 +281,8 @@ class H2Bridge(ConnectionLifecycle, asyncio.Protocol):
         self._cancel_timer()
         if not ev.end_stream:
             # a partial, not a lambda: _open stays free of closures, so it compiles to a C method (connection.pxd)
-            st.body_deadline = deadline.Deadline(self.loop, functools.partial(self._body_idle, st))
-            st.body_deadline.arm(deadline.BODY, self._idle_timeout)
+            st.body_deadline = Deadline(self.loop, functools.partial(self._body_idle, st))
+            st.body_deadline.arm(BODY, self._idle_timeout)
         ex = Exchange(st, req)
         st.ex = ex
         req.exchange = ex
@@ -295,7 +295,7 @@ class H2Bridge(ConnectionLifecycle, asyncio.Protocol):
         if self._closing or self.streams.get(st.sid) is not st or st.req.complete:
             return
         if st.unconsumed or st.paused or not self._reading:
-            st.body_deadline.arm(deadline.BODY, self._idle_timeout)  # type: ignore[union-attr]
+            st.body_deadline.arm(BODY, self._idle_timeout)  # type: ignore[union-attr]
             return
         self.ctx.count("h2_body_timeout")
         ex = st.ex
