@@ -17,14 +17,10 @@ cdef class RecordIO:
     cdef void *_c_into
     cdef void *_c_from
     cpdef handshake(self)
-    @cython.locals(raw=bytes, n=int)
     cpdef feed(self, data)
-    @cython.locals(n=int, err=int)
     cpdef read(self)
-    @cython.locals(raw=bytes, n=int)
     cpdef write(self, data)
     cpdef drain(self)
-    @cython.locals(n=int)
     cpdef bytes _read_out(self)
     cpdef shutdown(self)
     cpdef _renew_out(self)

@@ -358,8 +358,8 @@ class RecordIO:
         """Ciphertext from the peer into the incoming BIO (a memory BIO takes everything). After a feed of more
         than ``_RENEW_ABOVE`` bytes, the next ``read`` that empties the BIO renews it (``_renew_into``)."""
         if cython.compiled and type(data) is bytes:
-            raw = data
-            n = c_BIO_write(self._c_into, cython.cast(cython.p_char, raw), len(raw))
+            raw = cython.declare(bytes, data)  # C types here: tls.pxd cannot give them (no cimport cython)
+            n = cython.declare(cython.int, c_BIO_write(self._c_into, cython.cast(cython.p_char, raw), len(raw)))
         else:  # bytes go to cffi as they are; from_buffer (for a bytearray or memoryview) parses keyword arguments
             n = _BIO_write(self._into, data if type(data) is bytes else _from_buffer(data), len(data))
         if n <= 0 and len(data):
@@ -372,10 +372,10 @@ class RecordIO:
         is read (a return value, as ``recv`` says EOF: most connections end so, and pyOpenSSL would build a
         ``ZeroReturnError`` for it). Raises ``SSL.Error`` on failure."""
         if cython.compiled:
-            n = c_SSL_read(self._c_ssl, c_scratch, _SCRATCH)  # noqa: F821 (tls.pxd declares it)
+            n = cython.declare(cython.int, c_SSL_read(self._c_ssl, c_scratch, _SCRATCH))  # noqa: F821 (tls.pxd)
             if n > 0:
                 return c_scratch[:n]  # noqa: F821 (tls.pxd declares it)
-            err = c_SSL_get_error(self._c_ssl, n)
+            err = cython.declare(cython.int, c_SSL_get_error(self._c_ssl, n))
         else:
             buf = _scratch()
             n = _SSL_read(self._ssl, buf, _SCRATCH)
@@ -395,8 +395,8 @@ class RecordIO:
         """Encrypt into the outgoing BIO; the bytes taken. Raises ``SSL.WantReadError`` mid post-handshake
         message and ``SSL.Error`` on failure."""
         if cython.compiled and type(data) is bytes:
-            raw = data
-            n = c_SSL_write(self._c_ssl, cython.cast(cython.p_char, raw), len(raw))
+            raw = cython.declare(bytes, data)
+            n = cython.declare(cython.int, c_SSL_write(self._c_ssl, cython.cast(cython.p_char, raw), len(raw)))
         else:
             n = _SSL_write(self._ssl, data if type(data) is bytes else _from_buffer(data), len(data))
         if n > 0:
@@ -429,7 +429,7 @@ class RecordIO:
     def _read_out(self) -> bytes:
         """Up to one scratch buffer's worth of the outgoing BIO; b"" when it is empty."""
         if cython.compiled:
-            n = c_BIO_read(self._c_from, c_scratch, _SCRATCH)  # noqa: F821 (tls.pxd declares it)
+            n = cython.declare(cython.int, c_BIO_read(self._c_from, c_scratch, _SCRATCH))  # noqa: F821 (tls.pxd)
             return c_scratch[:n] if n > 0 else b""  # noqa: F821 (tls.pxd declares it)
         buf = _scratch()
         n = _BIO_read(self._from, buf, _SCRATCH)
