@@ -93,6 +93,8 @@ MODULES = (
     "sentin8.session_tickets",
     "sentin8.ticketkeys",
     "workers.waf_gate",
+    # an inspected request's calls into the WAF engine (C calls, not ctypes)
+    "sentin8.waf_calls",
 )
 ROOT = Path(__file__).resolve().parent.parent  # the tree the package runs from (an editable install: the repo)
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from . import pcre
 from .crs import CrsError, CrsLayout, families_of, family, layout, setup_directives
+from .waf_calls import Intervention, Transactions
 
 if TYPE_CHECKING:
     from .config import Policy
@@ -38,7 +39,6 @@ CRS_RULES_DIR = "/usr/share/modsecurity-crs/rules"  # Debian's modsecurity-crs (
 # Per regex evaluation: bounds backtracking on any input. ModSecurity's recommended 1000; at 5000 a fuzzer found
 # 4 KB inputs that cost 2.4 s of CPU, at 1000 the worst 64 KiB input it found costs ~0.3 s (linear in size).
 PCRE_MATCH_LIMIT = 1000
-RULE_IDS_MAX = 32  # matched rule ids reported per request (the rest are counted as truncated)
 # The longest request target, cookie (name or value), User-Agent, Referer or argument name inspected; longer is
 # refused before the CRS runs (rules 200006/200007). PCRE's match limit bounds backtracking per start position,
 # not the number of start positions: CRS 4's 941160 rescans to the next space or slash from every quote or
@@ -228,16 +228,6 @@ def _discard_log(_data: int | None, _message: int | None) -> None:
     Without a callback the engine prints every match, payload excerpts included, on stdout."""
 
 
-class _Intervention(ctypes.Structure):
-    _fields_ = [
-        ("status", ctypes.c_int),
-        ("pause", ctypes.c_int),
-        ("url", ctypes.c_char_p),
-        ("log", ctypes.c_char_p),
-        ("disruptive", ctypes.c_int),
-    ]
-
-
 def _library_path() -> str:
     import libmodsecurity  # the wheel: only its shipped engine is used
 
@@ -278,8 +268,8 @@ def _load_library() -> ctypes.CDLL:
             "msc_process_request_headers": ([vp], i),
             "msc_append_request_body": ([vp, cp, sz], i),
             "msc_process_request_body": ([vp], i),
-            "msc_intervention": ([vp, ctypes.POINTER(_Intervention)], i),
-            "msc_intervention_cleanup": ([ctypes.POINTER(_Intervention)], None),
+            "msc_intervention": ([vp, ctypes.POINTER(Intervention)], i),
+            "msc_intervention_cleanup": ([ctypes.POINTER(Intervention)], None),
             "msc_get_rules_messages_size": ([vp], sz),
             "msc_get_rules_messages_rule_ids": ([vp, ctypes.POINTER(ctypes.c_int64), sz], sz),
             "msc_process_logging": ([vp], i),
@@ -335,60 +325,17 @@ class WafEngine:
         self._partial_rules = partial
         self.rule_count = self._rules.count
         self._ids = itertools.count(1)
+        self._transactions = Transactions(lib)  # the per-request calls (waf_calls.py: C calls when compiled)
 
     def inspect(self, req: WafRequest) -> WafVerdict:
-        lib = self._lib
         rules = self._partial_rules if req.truncated and self._partial_rules is not None else self._rules
         # an id of ours: without one the engine makes its own from a std::random_device opened per transaction
         # (~25 µs, a twentieth of a benign GET's inspection)
-        tx = lib.msc_new_transaction_with_id(self._msc, rules.ptr, req.tx_id or b"%x" % next(self._ids), None)
-        if not tx:
-            raise MemoryError("msc_new_transaction")
-        it = _Intervention()
-        try:
-            blocked = self._run(lib, tx, req, it)
-            status = it.status if blocked else 0
-            ids = (ctypes.c_int64 * RULE_IDS_MAX)()
-            n = lib.msc_get_rules_messages_rule_ids(tx, ids, RULE_IDS_MAX)
-            rule_ids = tuple(dict.fromkeys(int(ids[k]) for k in range(min(n, RULE_IDS_MAX))))
-            lib.msc_process_logging(tx)
-        finally:
-            lib.msc_intervention_cleanup(ctypes.byref(it))
-            lib.msc_transaction_cleanup(tx)
+        tx_id = req.tx_id or b"%x" % next(self._ids)
+        blocked, status, rule_ids = self._transactions.run(self._msc, rules.ptr, tx_id, req)
         table = self._families
         fams = tuple(dict.fromkeys(f for f in (family(r, table) for r in rule_ids) if f is not None))
         return WafVerdict(blocked, rule_ids, status, fams)
-
-    @staticmethod
-    def _run(lib: ctypes.CDLL, tx: int, req: WafRequest, it: _Intervention) -> bool:
-        """The phases in order; True as soon as one of them intervenes (the CRS blocks in phase 2)."""
-
-        def stop() -> bool:
-            return bool(lib.msc_intervention(tx, ctypes.byref(it))) and bool(it.disruptive)
-
-        lib.msc_process_connection(tx, req.client_ip.encode(), req.client_port, b"0.0.0.0", req.server_port)
-        if stop():
-            return True
-        # the engine takes a NUL-terminated target; llhttp never lets a NUL byte through
-        lib.msc_process_uri(tx, req.target, req.method, req.version.encode())
-        if stop():
-            return True
-        host = req.host.encode()
-        seen_host = False
-        add = lib.msc_add_n_request_header
-        for name, value in req.headers:
-            if len(name) == 4 and name.lower() == b"host":
-                value, seen_host = host, True  # the resolved name: what exclusions and rules compare
-            add(tx, name, len(name), value, len(value))
-        if not seen_host:
-            add(tx, b"Host", 4, host, len(host))
-        lib.msc_process_request_headers(tx)
-        if stop():
-            return True
-        if req.body:
-            lib.msc_append_request_body(tx, req.body, len(req.body))
-        lib.msc_process_request_body(tx)  # always: the CRS decides in phase 2
-        return stop()
 
 
 def settings_from_policy(policy: Policy) -> WafSettings:
