@@ -53,14 +53,21 @@ class Listener(socket.socket):
             if taken is None:
                 return None
             fd, addr = taken
-            # SOCK_NONBLOCK in the type: the socket object starts non-blocking without a syscall of its own
-            return socket.socket(family, kind | c_SOCK_NONBLOCK, proto, fd), addr  # noqa: F821
+            try:  # SOCK_NONBLOCK in the type: the socket object starts non-blocking without a syscall of its own
+                return socket.socket(family, kind | c_SOCK_NONBLOCK, proto, fd), addr  # noqa: F821
+            except BaseException:
+                os.close(fd)  # no socket object took it: the connection is closed, not leaked
+                raise
         try:
             fd, addr = self._accept()
         except (BlockingIOError, InterruptedError):
             return None
-        conn = socket.socket(family, kind, proto, fd)
-        conn.setblocking(False)
+        try:
+            conn = socket.socket(family, kind, proto, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        conn.setblocking(False)  # a failure here closes the socket with the object
         return conn, addr
 
 
@@ -91,11 +98,8 @@ def _accept4(listener_fd: int) -> tuple[int, object] | None:
         if peer.sin6_scope_id:  # a link-local peer: the stdlib names its interface, as getnameinfo does
             host = f"{host}%{_interface_name(peer.sin6_scope_id)}"
         return fd, (host, ntohs(peer.sin6_port), ntohl(peer.sin6_flowinfo), peer.sin6_scope_id)  # noqa: F821
-    probe = socket.socket(fileno=fd)  # not a family this proxy listens on: the stdlib's own reading
-    try:
-        return fd, probe.getpeername()
-    finally:
-        probe.detach()
+    os.close(fd)  # a family no listener here is bound to (bind_reuseport makes IPv4 and IPv6 ones only)
+    raise OSError(errno.EAFNOSUPPORT, os.strerror(errno.EAFNOSUPPORT))
 
 
 def _ipv4_text(octets) -> str:  # octets: a C pointer (listener.pxd)

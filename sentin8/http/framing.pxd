@@ -32,6 +32,6 @@ cpdef bint request_line_is_http(raw, method, url)
 cpdef bytes request_head(method, target, headers, framing)
 cpdef bytes response_head(status, reason, headers, extra=*)
 cdef bytes _head(list lead, headers, extra)
-@cython.locals(size=Py_ssize_t, at=cython.p_char, head=bytes)
+@cython.locals(size=Py_ssize_t, room=Py_ssize_t, at=cython.p_char, head=bytes)
 cdef _head_in_one_copy(list lead, headers, extra)
 cdef char *_put(char *at, bytes data) noexcept

@@ -440,10 +440,17 @@ def _head_in_one_copy(lead: list[bytes], headers: Iterable[Header], extra: Itera
             size += len(name) + len(value) + 4
     head = _new_bytes(size)  # noqa: F821 (framing.pxd declares both: uninitialised, filled below)
     at = PyBytes_AS_STRING(head)  # noqa: F821
+    room = size - 2  # for the pieces and fields; the blank line after them
     for piece in lead:
+        room -= len(piece)
         at = _put(at, piece)
     for fields in (headers, extra):
         for name, value in fields:
+            # what was sized is what is copied (no Python code runs between the passes); the check keeps a
+            # write inside the object even if that ever stopped being true
+            room -= len(name) + len(value) + 4
+            if room < 0:
+                raise RuntimeError("a head's fields changed while it was written")
             at = _put(at, name)
             at[0] = 58  # ": "
             at[1] = 32
