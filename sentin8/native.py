@@ -99,6 +99,13 @@ MODULES = (
 ROOT = Path(__file__).resolve().parent.parent  # the tree the package runs from (an editable install: the repo)
 
 
+def loaded_compiled(module_file: str) -> bool:
+    """Whether the module whose ``__file__`` this is runs compiled (an extension beside its ``.py``). For a module
+    whose ``.pxd`` cimports cython: it cannot ``import cython`` for ``cython.compiled`` (Cython refuses the pure
+    fallback's definition of that name beside the cimport)."""
+    return not module_file.endswith(".py")
+
+
 def source(module: str, root: Path = ROOT) -> Path:
     return root / (module.replace(".", "/") + ".py")
 

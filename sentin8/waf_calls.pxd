@@ -37,4 +37,5 @@ cdef class Transactions:
     cdef tuple _run_compiled(self, size_t msc, size_t rules, bytes tx_id, req)
     cdef bint _phases_compiled(self, void *tx, req, _intervention *it) except -1
 
+cpdef list engine_headers(req)
 cdef size_t _address(object function) except? 0

@@ -101,15 +101,9 @@ class Transactions:
         lib.msc_process_uri(tx, req.target, req.method, req.version.encode())
         if stop():
             return True
-        host = req.host.encode()
-        seen_host = False
         add = lib.msc_add_n_request_header
-        for name, value in req.headers:
-            if len(name) == 4 and name.lower() == b"host":
-                value, seen_host = host, True  # the resolved name: what exclusions and rules compare
+        for name, value in engine_headers(req):
             add(tx, name, len(name), value, len(value))
-        if not seen_host:
-            add(tx, b"Host", 4, host, len(host))
         lib.msc_process_request_headers(tx)
         if stop():
             return True
@@ -153,14 +147,8 @@ class Transactions:
         self._c_uri(tx, req.target, req.method, version)  # NUL-terminated: llhttp lets no NUL byte through
         if self._c_intervention(tx, it) and it.disruptive:
             return True
-        host = req.host.encode()
-        seen_host = False
-        for name, value in req.headers:
-            if len(name) == 4 and name.lower() == b"host":
-                value, seen_host = host, True  # the resolved name: what exclusions and rules compare
+        for name, value in engine_headers(req):
             self._c_header(tx, name, len(name), value, len(value))
-        if not seen_host:
-            self._c_header(tx, b"Host", 4, host, len(host))
         headers_done = cython.declare(_tx_fn, self._c_headers_done)  # noqa: F821
         body_done = cython.declare(_tx_fn, self._c_body_done)  # noqa: F821
         with cython.nogil:
@@ -173,6 +161,21 @@ class Transactions:
         with cython.nogil:
             body_done(tx)  # always: the CRS decides in phase 2
         return bool(self._c_intervention(tx, it) and it.disruptive)
+
+
+def engine_headers(req: WafRequest) -> list[tuple[bytes, bytes]]:
+    """The request's headers as the engine gets them: Host is the name the proxy resolved (what exclusions and
+    rules compare), in the client's Host field's place, or last when the client sent none."""
+    host = req.host.encode()
+    out = []
+    seen_host = False
+    for name, value in req.headers:
+        if len(name) == 4 and name.lower() == b"host":
+            value, seen_host = host, True
+        out.append((name, value))
+    if not seen_host:
+        out.append((b"Host", host))
+    return out
 
 
 def _address(function: object) -> int:

@@ -19,14 +19,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from ..native import loaded_compiled
 from .acme import ACME_PREFIX as _ACME_PREFIX
 from .acme import NOT_ACME, acme_challenge
 from .websocket import valid_websocket_key, websocket_handshake
 from .websocket import websocket_accept as websocket_accept  # re-exported: its home is websocket.py
 
-# Compiled (an extension module beside this file), heads are written by C copies (_head). Not cython.compiled:
-# that needs ``import cython`` here, which framing.pxd's ``cimport cython`` (for its typed locals) forbids.
-_COMPILED = not __file__.endswith(".py")
+_COMPILED = loaded_compiled(__file__)  # compiled, heads are written by C copies (_head)
 
 Header = tuple[bytes, bytes]
 

@@ -15,11 +15,10 @@ import base64
 import os
 import re
 
+from sentin8.native import loaded_compiled
 from sentin8.routing import Route
 
-# Compiled (an extension module beside this file), a batch of correlation ids is formatted by a C loop
-# (_formatted_ids); run as a .py, by strided copies. headers.pxd's ``cimport cython`` rules out cython.compiled.
-_COMPILED = not __file__.endswith(".py")
+_COMPILED = loaded_compiled(__file__)  # compiled, correlation ids are formatted by a C loop (_formatted_ids)
 
 Header = tuple[bytes, bytes]
 
