@@ -5,7 +5,9 @@ from sentin8.backends cimport Backends
 from sentin8.policy cimport EdgePolicy
 from sentin8.shm.policy cimport PolicyCache
 from sentin8.shm.counters cimport WorkerCounters
-from workers.l7.contract cimport L7Context
+cimport cython
+from workers.l7.contract cimport L7Context, RequestInfo
+from workers.l7.exchange cimport Exchange
 
 cdef class WorkerL7Context(L7Context):
     cdef public Backends backends
@@ -21,8 +23,10 @@ cdef class WorkerL7Context(L7Context):
     cpdef refused(self, refusal)
     cpdef service_id(self, service)
     cpdef upstream(self, sidx, name)
+    @cython.locals(exchange=Exchange)
     cpdef request_done(self, ex, seconds)
     cpdef inflight(self, delta)
+    @cython.locals(info=RequestInfo)
     cpdef policy(self, request)
     cpdef upstream_tls(self, instance)
     cpdef waf_gate(self)

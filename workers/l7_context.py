@@ -17,8 +17,8 @@ from sentin8.shm.counters import WorkerCounters
 from sentin8.shm.policy import PolicyCache
 
 from .access_log import AccessLog
-from .l7 import Exchange, RequestInfo
-from .l7.contract import L7Context
+from .l7.contract import L7Context, RequestInfo
+from .l7.exchange import Exchange
 from .tls_client import TLSClientProtocol
 from .upstream import UpstreamPool
 from .waf_gate import WafGate
@@ -82,8 +82,9 @@ class WorkerL7Context(L7Context):
     def request_done(self, ex: Exchange, seconds: float) -> None:
         """An answered request: per-service status and latency, traffic side, access log."""
         counters = self.counters
-        counters.request(ex.sidx, ex.status, seconds)
-        counters.traffic(ex.client.facts.external, "requests")
+        exchange = ex  # typed in l7_context.pxd, as ``info`` in policy: its fields are C struct reads
+        counters.request(exchange.sidx, exchange.status, seconds)
+        counters.traffic(exchange.client.facts.external, "requests")
         if self.access_log is not None:
             self.access_log.write(ex, seconds)
 
@@ -95,7 +96,8 @@ class WorkerL7Context(L7Context):
         values = self.policy_values.current()  # one shared read; a new object only after a runtime change
         if values is not self.edge_policy.cfg:
             self.edge_policy.cfg = values  # EdgePolicy reads its values from .cfg at decision time
-        return self.edge_policy.check(request.client_ip, request.host, request.target)  # the bridge counts it
+        info = request
+        return self.edge_policy.check(info.client_ip, info.host, info.target)  # the bridge counts it
 
     def waf_gate(self) -> WafGate:
         return self.gate

@@ -25,13 +25,15 @@ cdef class UpstreamConn:
 # The worker's pool: every request takes a connection from it and gives it back, and its writes leave at the end
 # of the turn (write_soon): the exchange holds it typed (contract.pxd), so these are C calls.
 cdef class UpstreamPool:
-    cdef public object loop, _idle, _writers
+    cdef public object loop, _writers
+    cdef public dict _idle  # by instance: its get and setdefault are C calls on a dict
     cdef public Py_ssize_t max_idle
     cdef public double connect_timeout_s, idle_timeout_s, response_timeout_s, min_deadline_s
     cdef public bint _closed, _write_scheduled
-    @cython.locals(conn=UpstreamConn, watch=UnreadWatch)
+    @cython.locals(conn=UpstreamConn, watch=UnreadWatch, stack=list)
     cpdef acquire(self, instance_id)
     cpdef write_soon(self, UpstreamConn conn)
     @cython.locals(conn=UpstreamConn)
     cpdef _write_now(self)
+    @cython.locals(stack=list)
     cpdef release(self, UpstreamConn conn)

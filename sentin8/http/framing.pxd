@@ -27,8 +27,10 @@ cpdef bytes _status_line(status, reason)
 
 # the per-request functions other compiled modules call (they cimport them): C calls, keyword arguments mapped
 # at compile time (the .py keeps its keyword-only parameters)
+# name and value typed bytes: their lower() and strip() are C calls, not methods looked up by name
+@cython.locals(name=bytes, value=bytes, n=Py_ssize_t)
 cpdef RequestHead validate_request(method, url, version, list headers, bint keep_alive, bint upgrade)
-cpdef bint request_line_is_http(raw, method, url)
+cpdef bint request_line_is_http(bytes raw, method, url)
 cpdef bytes request_head(method, target, headers, framing)
 cpdef bytes response_head(status, reason, headers, extra=*)
 cdef bytes _head(list lead, headers, extra)

@@ -3,6 +3,7 @@
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING
 from sentin8.http.framing cimport _new_bytes
+@cython.locals(name=bytes, low=bytes, norm=bytes)
 cpdef tuple _filter_request(list headers, bint websocket, bint http10)
 cpdef bytes correlation_id(object client_value)
 cpdef bytes _uuid4()
@@ -12,5 +13,7 @@ cdef bytes _formatted_ids(bytes random)
 cpdef list _drop_listed(list out, list tokens)
 cpdef tuple _route_context(route)
 # per request, from the admission and the relay (they cimport them): C calls
-cpdef tuple forward_headers(list headers, route, client_ip, proto, host, hostname, bint websocket=*, client_cert=*, bint http10=*)
+# the str arguments typed: their encode() is a C call
+cpdef tuple forward_headers(list headers, route, str client_ip, str proto, host, str hostname, bint websocket=*, client_cert=*, bint http10=*)
+@cython.locals(name=bytes, low=bytes)
 cpdef list response_headers(list headers, bint interim=*, bint upgrade=*)

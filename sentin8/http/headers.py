@@ -196,7 +196,8 @@ def _filter_request(headers: list[Header], websocket: bool, http10: bool) -> tup
     tokens: list[bytes] = []
     drop = _REQUEST_DROP_HTTP10 if http10 else _REQUEST_DROP
     for header in headers:
-        low = header[0].lower()
+        name = header[0]  # bytes, typed in headers.pxd: lower(), find() and replace() are C calls, not lookups
+        low = name.lower()
         if low[:1] == b"x":
             # "_" too: CGI/WSGI backends read X_Sentin8_Env_Id and X-Sentin8-Env-Id as one name.
             # find(), not `in`: Python 3.11 formats a TypeError inside every `bytes in bytes` (~1k instructions)
@@ -288,7 +289,8 @@ def response_headers(headers: list[Header], *, interim: bool = False, upgrade: b
     tokens: list[bytes] = []
     drop = _INTERIM_DROP if interim or upgrade else _RESPONSE_DROP
     for header in headers:
-        low = header[0].lower()
+        name = header[0]  # bytes, typed in headers.pxd (as in _filter_request)
+        low = name.lower()
         if low in drop:
             if low == b"connection":
                 tokens += _listed_in_connection(header[1], _RESPONSE_CONNECTION_OPTIONS)

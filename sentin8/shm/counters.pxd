@@ -8,14 +8,14 @@ cdef class WorkerCounters:
     cdef public unsigned long long[::1] words, _header
     cdef public Py_ssize_t services
     cpdef Py_ssize_t _row(self, Py_ssize_t sidx)  # per request, from request/upstream/traffic: a C call
-    @cython.locals(i=Py_ssize_t)
+    @cython.locals(i=Py_ssize_t, index=dict)  # index.get: a C call on a dict
     cpdef inc(self, name, n=*)
     @cython.locals(i=Py_ssize_t, value="long long")
     cpdef add_gauge(self, name, delta)
     @cython.locals(w="unsigned long long[::1]", row=Py_ssize_t, i=Py_ssize_t, us="unsigned long long",
                    epoch="unsigned long long", s=Py_ssize_t)
     cpdef request(self, Py_ssize_t sidx, Py_ssize_t status, double seconds)  # C values: no int objects per request
-    @cython.locals(w="unsigned long long[::1]", index=Py_ssize_t, offset=Py_ssize_t)
+    @cython.locals(w="unsigned long long[::1]", index=Py_ssize_t, offset=Py_ssize_t, by_name=dict)
     cpdef upstream(self, sidx, name)
     @cython.locals(w="unsigned long long[::1]", i=Py_ssize_t)
     cpdef refused(self, refusal)

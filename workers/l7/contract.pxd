@@ -3,6 +3,11 @@
 # the vtable (the worker's WorkerL7Context overrides them in C; a test's Python subclass still overrides them).
 from workers.upstream cimport UpstreamPool
 
+# What the policy hook reads of a request (one per request): a C struct, made without a Python __init__'s
+# argument parsing and read by the worker's policy as struct members.
+cdef class RequestInfo:
+    cdef public object method, target, path, host, client_ip, route, headers, scheme
+
 cdef class L7Context:
     cdef public object cfg
     cdef public UpstreamPool pool  # acquire, release, write_soon per request: C calls

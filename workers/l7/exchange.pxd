@@ -2,12 +2,13 @@ cimport cython
 from sentin8.http.headers cimport response_headers
 from sentin8.http.response cimport upstream_reusable
 from workers.l7.relay cimport ResponseParser, ResponseRelay
-from workers.l7.admission cimport admit
+from workers.l7.admission cimport Admitted, Refuse, admit
 from workers.upstream cimport UpstreamConn
 from workers.l7.contract cimport L7Context
 
 cdef class Exchange(ResponseRelay):
     # the steps of one request that call each other (relay.pxd has the rest): C calls
+    @cython.locals(admitted=Admitted, refused=Refuse)
     cpdef begin(self)  # from the h1 connection's _start and the h2 stream's open, typed
     cpdef _to(self, state)
     cpdef routed(self, service, sidx, host)

@@ -125,15 +125,18 @@ class Exchange(ResponseRelay):
         self.head_only = head.method == b"HEAD"
         client = self.client
         outcome = admit(client.ctx, client.facts, head)
-        self.routed(outcome.service, outcome.sidx, outcome.host)
         if isinstance(outcome, Refuse):
-            if outcome.local:
-                self.respond_local(outcome.status, outcome.headers or [], keep_alive=outcome.keep_alive)
+            refused = outcome  # typed in exchange.pxd, as ``admitted`` below: its fields are C struct reads
+            self.routed(refused.service, refused.sidx, refused.host)
+            if refused.local:
+                self.respond_local(refused.status, refused.headers or [], keep_alive=refused.keep_alive)
             else:
-                self.respond_error(outcome.status)
+                self.respond_error(refused.status)
             return
-        self.head_bytes, self.corr = outcome.head_bytes, outcome.corr
-        if outcome.inspect:
+        admitted = outcome
+        self.routed(admitted.service, admitted.sidx, admitted.host)
+        self.head_bytes, self.corr = admitted.head_bytes, admitted.corr
+        if admitted.inspect:
             gate = client.ctx.waf_gate()
             if gate is not None and gate.enabled():
                 self._waf = WafWait(self, gate)

@@ -113,13 +113,14 @@ class RequestReader(ResponseWriter):
             if view is _VIEW_NEXT:
                 view = self._version = version_view(p) or _NO_VERSION
             version = VERSIONS.get(view.value) or p.get_http_version()
-        if not request_line_is_http(raw[0] if len(raw) == 1 else b"".join(raw), p.get_method(), req.url):
+        method = p.get_method()  # once: each call is a method looked up by name and a new bytes object
+        if not request_line_is_http(raw[0] if len(raw) == 1 else b"".join(raw), method, req.url):
             self._reject(400)  # RTSP/1.x or ICE/1.0: llhttp reports them as HTTP versions, but they are not HTTP
             raise Stop
         upgrade = p.should_upgrade()
         try:
             req.head = head = validate_request(
-                p.get_method(), req.url, version, req.headers, keep_alive=p.should_keep_alive(), upgrade=upgrade
+                method, req.url, version, req.headers, keep_alive=p.should_keep_alive(), upgrade=upgrade
             )
         except HeadError as exc:
             if exc.counter:
