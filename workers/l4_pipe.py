@@ -86,10 +86,12 @@ class _Direction:
         "writing",
     )
 
-    def __init__(self, owner: SplicePipe, src: _socket.socket, dst: _socket.socket, pool: PipePool) -> None:
+    def __init__(
+        self, owner: SplicePipe, src: _socket.socket, dst: _socket.socket, src_fd: int, dst_fd: int, pool: PipePool
+    ) -> None:
         self.owner = owner
         self.src, self.dst = src, dst
-        self.src_fd, self.dst_fd = src.fileno(), dst.fileno()
+        self.src_fd, self.dst_fd = src_fd, dst_fd  # the pipe's: fileno() is a method found by name, per call
         self.pool = pool
         self.pipe: tuple[int, int] | None = None  # held only while bytes are in flight
         self.pending = 0  # bytes sitting in the kernel pipe
@@ -184,9 +186,9 @@ class SplicePipe:
         self.pipes = pipes
         self.on_close = on_close
         self.closed = False
-        self.upstream = _Direction(self, client, backend, pipes)
-        self.downstream = _Direction(self, backend, client, pipes)
-        self._client_fd, self._backend_fd = client.fileno(), backend.fileno()
+        self._client_fd, self._backend_fd = client_fd, backend_fd = client.fileno(), backend.fileno()
+        self.upstream = _Direction(self, client, backend, client_fd, backend_fd, pipes)
+        self.downstream = _Direction(self, backend, client, backend_fd, client_fd, pipes)
 
     def start(self, preface: bytes = b"") -> None:
         """Start both directions. ``preface`` (a PROXY v2 header) reaches the backend before any client byte:

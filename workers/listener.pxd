@@ -35,5 +35,16 @@ cdef extern from "<errno.h>" nogil:
     int c_EAGAIN "EAGAIN"
     int c_EINTR "EINTR"
 
+from sentin8.holds cimport OpenConnections
+from sentin8.shm.counters cimport WorkerCounters
+
+# The accept loop's fields typed: per connection its count and its hold are C calls, not methods found by name.
+cdef class Acceptor:
+    cdef public object loop, enter, serve_http
+    cdef public WorkerCounters counters
+    cdef public OpenConnections connections
+    cdef public Py_ssize_t worker
+    cdef public double _last_warning
+
 cdef object _accept4(int listener_fd)
 cdef str _ipv4_text(const unsigned char *octets)

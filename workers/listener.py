@@ -20,6 +20,7 @@ except ImportError:  # a pure install without Cython: the stdlib's accept
 from sentin8.config import parse_hostport
 from sentin8.eventlog import event
 from sentin8.holds import Hold, OpenConnections
+from sentin8.shm.counters import WorkerCounters
 
 ACCEPT_BATCH = 64  # connections taken per readable event: a burst drains without a loop turn for each
 ACCEPT_PAUSE_S = 0.1  # how long a listener rests after running out of descriptors or memory
@@ -168,7 +169,7 @@ class Acceptor:
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        counters: object,
+        counters: WorkerCounters,
         connections: OpenConnections,
         enter: Callable[..., None],
         serve_http: Callable[[socket.socket, tuple, Hold], None],
@@ -187,7 +188,6 @@ class Acceptor:
         self.loop.add_reader(listener.fileno(), self._readable, listener, kind)
 
     def _readable(self, listener: Listener, kind: int) -> None:
-        counters = self.counters
         for _ in range(ACCEPT_BATCH):
             try:
                 taken = listener.accept()  # non-blocking; TCP_NODELAY: uvloop sets it, the L4 pipe its own
@@ -197,7 +197,7 @@ class Acceptor:
             if taken is None:
                 return
             conn, addr = taken
-            counters.inc("accepted")  # type: ignore[attr-defined]
+            self.counters.inc("accepted")  # a C call compiled (listener.pxd types the fields)
             hold = self.connections.hold()
             if kind == HTTP:
                 self.serve_http(conn, addr, hold)
@@ -205,7 +205,7 @@ class Acceptor:
                 self.enter(conn, addr, hold, guaranteed_l4=kind == INTERNAL_L4)
 
     def _failed(self, listener: Listener, kind: int, exc: OSError) -> None:
-        self.counters.inc("accept_errors")  # type: ignore[attr-defined]
+        self.counters.inc("accept_errors")
         if exc.errno not in _PAUSING:
             return  # ECONNABORTED and friends concern one connection only
         now = time.monotonic()
