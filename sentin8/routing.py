@@ -60,17 +60,10 @@ class RoutingTable(msgspec.Struct, array_like=True):
 
     def resolve(self, hostname: str) -> Route | None:
         """Exact name first, then a one-label wildcard (``*.example.com`` answers ``a.example.com`` only)."""
-        name = hostname.lower().rstrip(".")
-        route = self.routes.get(name)
-        if route is not None:
-            return route
-        dot = name.find(".")
-        if dot > 0:
-            return self.routes.get("*" + name[dot:])
-        return None
+        return _resolve_in(self.routes, hostname)
 
     def instances(self, service: str) -> list[Instance]:
-        return self.services.get(service, [])
+        return _instances_in(self.services, service)
 
     def service_id(self, service: str) -> int:
         """The metrics index of ``service``: ``_other`` (1) for one the resolver did not index."""
@@ -87,6 +80,23 @@ class RoutingTable(msgspec.Struct, array_like=True):
             host: r if r.sidx == ids[r.service] else msgspec.structs.replace(r, sidx=ids[r.service])
             for host, r in self.routes.items()
         }
+
+
+def _resolve_in(routes: dict[str, Route], hostname: str) -> Route | None:
+    """``RoutingTable.resolve``, outside the msgspec class so that routing.pxd can type its dict and name (the
+    lookups are C calls once compiled, not methods found by name)."""
+    name = hostname.lower().rstrip(".")
+    route = routes.get(name)
+    if route is not None:
+        return route
+    dot = name.find(".")
+    if dot > 0:
+        return routes.get("*" + name[dot:])
+    return None
+
+
+def _instances_in(services: dict[str, list[Instance]], service: str) -> list[Instance]:
+    return services.get(service, [])
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -29,12 +29,13 @@ class Deadline:
     """``kind`` is public: setting it to ``NONE`` is the cheapest disarm (the handle may stay armed: firing with
     nothing to do costs nothing)."""
 
-    __slots__ = ("_at", "_handle", "_handle_at", "_horizon", "_loop", "_on_expired", "kind")
+    __slots__ = ("_at", "_handle", "_handle_at", "_horizon", "_loop", "_on_expired", "_time", "kind")
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, on_expired: Callable[[int], None], horizon: float = math.inf
     ) -> None:
         self._loop = loop
+        self._time = loop.time  # bound once: read on every arm, i.e. several times per request
         self._on_expired = on_expired
         self._horizon = horizon
         self.kind = NONE
@@ -43,7 +44,7 @@ class Deadline:
         self._at = 0.0  # when the current kind's deadline is (>= _handle_at while armed)
 
     def arm(self, kind: int, delay: float) -> None:
-        now = self._loop.time()
+        now = self._time()
         self.kind = kind
         self._at = now + delay
         handle = self._handle
@@ -52,6 +53,10 @@ class Deadline:
                 return  # fires first; _fired re-arms for what remains
             handle.cancel()
         self._arm(now)
+
+    def now(self) -> float:
+        """The loop's time, through the bound ``time`` the deadline keeps (its owner's per-request clock reads)."""
+        return self._time()
 
     def disarm(self) -> None:
         self.kind = NONE
@@ -79,7 +84,7 @@ class Deadline:
         if kind == NONE:
             return
         if self._at > self._handle_at:  # moved on since this handle was made
-            self._arm(self._loop.time())
+            self._arm(self._time())
             return
         self.kind = NONE
         self._on_expired(kind)

@@ -1,6 +1,7 @@
 # C declarations for framing.py's hot classes (Cython pure-Python mode; the .py stays the source).
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_SIZE
 from libc.string cimport memcpy
 
 cdef extern from *:
@@ -23,6 +24,7 @@ cdef class RequestHead:
     cdef public bint chunked, expect_continue, keep_alive, websocket
 
 cpdef _add_fields(list parts, headers)  # per head: a C call from request_head and response_head
+@cython.locals(reasons=dict, lines=dict)
 cpdef bytes _status_line(status, reason)
 
 # the per-request functions other compiled modules call (they cimport them): C calls, keyword arguments mapped
@@ -34,6 +36,7 @@ cpdef bint request_line_is_http(bytes raw, method, url)
 cpdef bytes request_head(method, target, headers, framing)
 cpdef bytes response_head(status, reason, headers, extra=*)
 cdef bytes _head(list lead, headers, extra)
-@cython.locals(size=Py_ssize_t, room=Py_ssize_t, at=cython.p_char, head=bytes)
+# the copy pass's names typed bytes (the sizing pass has checked each object's type first)
+@cython.locals(size=Py_ssize_t, room=Py_ssize_t, at=cython.p_char, head=bytes, piece=bytes, key=bytes, text=bytes)
 cdef _head_in_one_copy(list lead, headers, extra)
 cdef char *_put(char *at, bytes data) noexcept

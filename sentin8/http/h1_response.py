@@ -30,13 +30,18 @@ class H1Response:
     __slots__ = ("chunked", "close", "continue_sent", "head_only", "keep_alive", "version", "websocket")
 
     def __init__(self, head: RequestHead | None, *, head_only: bool) -> None:
-        self.version = head.version if head is not None else "1.1"
-        self.keep_alive = head.keep_alive if head is not None else False
-        self.websocket = head.websocket if head is not None else False
+        self._take(head)
         self.head_only = head_only
         self.continue_sent = False  # we said 100 Continue: the backend's own is not relayed
         self.chunked = False  # the body goes to the client chunk-encoded by us
         self.close = False  # the client connection closes after this response
+
+    def _take(self, head: RequestHead | None) -> None:
+        """The request's version and framing wishes (h1_response.pxd types ``head``: its fields are read as C
+        struct members, which ``__init__``, whose arguments a .pxd cannot type, would look up by name)."""
+        self.version = head.version if head is not None else "1.1"
+        self.keep_alive = head.keep_alive if head is not None else False
+        self.websocket = head.websocket if head is not None else False
 
     def continue_(self) -> bytes:
         self.continue_sent = True

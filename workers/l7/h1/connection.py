@@ -139,7 +139,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         self.ctx.count("l7_connections_h1")
         # The first head must arrive within the header deadline too (a silent connection is a slowloris).
         self._deadline.arm(HEADER, self._header_timeout)
-        self._idle_since = self.loop.time()
+        self._idle_since = self._deadline.now()
         if self._draining:  # the handshake finished in a draining worker: answer, with Connection: close
             self._arm_drain_grace()
 
@@ -159,7 +159,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
             return
         kind = self._deadline.kind
         if kind == BODY:
-            self._body_activity = self.loop.time()
+            self._body_activity = self._deadline.now()
         elif kind == IDLE or (kind == NONE and self._ex is None and self._req is None):
             self._deadline.arm(HEADER, self._header_timeout)  # the first byte of a new head
         req = self._req
@@ -267,7 +267,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         self._drain_timer = None
         if self._closing or not self.idle:
             return  # busy: its response says Connection: close (or, promised keep-alive before, re-arms)
-        idle_for = self.loop.time() - self._idle_since
+        idle_for = self._deadline.now() - self._idle_since
         if idle_for < self._drain_grace:
             # idle only since a response that ended during the grace: its client gets a whole grace too
             self._drain_timer = self.loop.call_later(self._drain_grace - idle_for, self._drain_grace_over)
@@ -276,7 +276,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
             # The client's next bytes are in the socket, unread: the loop runs expired timers before it
             # polls, so a busy loop meets the grace's end first. Read them; look again after a grace.
             self.ctx.count("drain_idle_spoke")
-            self._idle_since = self.loop.time()
+            self._idle_since = self._deadline.now()
             self._arm_drain_grace()
             return
         self.ctx.count("drain_idle_closed")
@@ -285,7 +285,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
     # -- request bookkeeping ---------------------------------------------------------------------------
     def _enqueue(self, req: Request) -> None:
         req.counted = True
-        req.t0 = self.loop.time()
+        req.t0 = self._deadline.now()
         self.ctx.inflight(1)
         self.ctx.count("requests")
         self._queue.append(req)
@@ -310,7 +310,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
             return
         assert head is not None
         if head.has_body and not req.complete and req is self._req:
-            self._body_activity = self.loop.time()
+            self._body_activity = self._deadline.now()
             self._deadline.arm(BODY, self._idle_timeout)
         ex.begin()
 
@@ -356,12 +356,12 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         if self._queue:
             self._start(self._queue[0])
         elif drain_rest:
-            self._body_activity = self.loop.time()
+            self._body_activity = self._deadline.now()
             self._deadline.arm(BODY, self._idle_timeout)  # the rest must keep coming, as any body
         elif self._req is not None:
             self._deadline.arm(HEADER, self._header_timeout)
         else:
-            self._idle_since = self.loop.time()
+            self._idle_since = self._deadline.now()
             self._deadline.arm(IDLE, self._idle_timeout)
 
     def open_tunnel(self, ex: Exchange, conn: UpstreamConn, reason: bytes, headers: list[Header], first: bytes) -> None:
@@ -386,7 +386,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
         """Hold up to ``limit`` body bytes (the WAF's body limit) instead of the default; with ``held`` bytes
         held now, reading resumes when that is within the new limit."""
         if self._read.raise_hold_limit(limit, held):
-            self._body_activity = self.loop.time()
+            self._body_activity = self._deadline.now()
 
     def _hold_upgrade_data(self, data: bytes) -> None:
         req = self._upgrade_req
@@ -404,7 +404,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
     def resume_reading(self, bit: int) -> None:
         """``bit``'s reason is gone; reading resumes when no other is left."""
         if self._read.bits & bit and self._read.resume(bit):  # the usual case: not paused for it, no call
-            self._body_activity = self.loop.time()
+            self._body_activity = self._deadline.now()
 
     # the Downstream's request-body flow
     def body_taken(self) -> None:
@@ -426,7 +426,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
             self.ctx.count("idle_closed")
             self._close()
         elif kind == BODY:
-            quiet = self.loop.time() - self._body_activity
+            quiet = self._deadline.now() - self._body_activity
             if self._read.bits or quiet < self._idle_timeout:
                 # We paused reading ourselves, or bytes came since: the body is not idle yet.
                 delay = self._idle_timeout - quiet if not self._read.bits else self._idle_timeout
