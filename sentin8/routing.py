@@ -96,7 +96,8 @@ def _resolve_in(routes: dict[str, Route], hostname: str) -> Route | None:
 
 
 def _instances_in(services: dict[str, list[Instance]], service: str) -> list[Instance]:
-    return services.get(service, [])
+    got = services.get(service)
+    return got if got is not None else []  # a new list only for a service without instances
 
 
 _encoder = msgspec.msgpack.Encoder()

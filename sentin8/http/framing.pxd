@@ -10,6 +10,15 @@ cdef extern from *:
     """
     bytes _new_bytes "sentin8_new_bytes"(Py_ssize_t size)  # a bytes object to fill (framing._head)
 
+cdef extern from *:
+    """
+    static inline int sentin8_occurs(PyObject *raw, PyObject *needle) {
+        return memmem(PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw),
+                      PyBytes_AS_STRING(needle), (size_t)PyBytes_GET_SIZE(needle)) != NULL;
+    }
+    """
+    bint _occurs "sentin8_occurs"(bytes raw, bytes needle)  # needle in raw, by memmem (request_line_is_http)
+
 cdef class HeaderBudget:
     cdef public Py_ssize_t count, max_count, max_size, size
     cpdef add(self, name, value)
@@ -30,13 +39,17 @@ cpdef bytes _status_line(status, reason)
 # the per-request functions other compiled modules call (they cimport them): C calls, keyword arguments mapped
 # at compile time (the .py keeps its keyword-only parameters)
 # name and value typed bytes: their lower() and strip() are C calls, not methods looked up by name
-@cython.locals(name=bytes, value=bytes, n=Py_ssize_t)
+@cython.locals(name=bytes, value=bytes, n=Py_ssize_t, target=bytes)  # target: its startswith is C (Cython's own)
 cpdef RequestHead validate_request(method, url, version, list headers, bint keep_alive, bint upgrade)
 cpdef bint request_line_is_http(bytes raw, method, url)
 cpdef bytes request_head(method, target, headers, framing)
 cpdef bytes response_head(status, reason, headers, extra=*)
 cdef bytes _head(list lead, headers, extra)
-# the copy pass's names typed bytes (the sizing pass has checked each object's type first)
-@cython.locals(size=Py_ssize_t, room=Py_ssize_t, at=cython.p_char, head=bytes, piece=bytes, key=bytes, text=bytes)
+@cython.locals(size=Py_ssize_t, sized=Py_ssize_t, at=cython.p_char, end=cython.p_char, head=bytes, piece=bytes)
 cdef _head_in_one_copy(list lead, headers, extra)
+@cython.locals(size=Py_ssize_t)
+cdef Py_ssize_t _fields_size(fields)
+# the copy pass's names typed bytes (the sizing pass has checked each object's type first)
+@cython.locals(key=bytes, text=bytes)
+cdef char *_put_fields(char *at, char *end, fields) except NULL
 cdef char *_put(char *at, bytes data) noexcept

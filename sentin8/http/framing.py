@@ -317,10 +317,14 @@ def request_line_is_http(raw: bytes, method: bytes, url: bytes) -> bool:
     protocol then also refuses this one: a client mixing protocols on one connection gets a 400, never a
     forward). Those are the only two protocol names llhttp lets through, so positive evidence is enough.
     """
-    # find(), not `in`: Python 3.11 tries the needle of `bytes in bytes` as an int first and formats the
-    # TypeError it gets (~1k instructions, callgrind), on every request
-    if raw.find(b"RTSP/") < 0 and raw.find(b"ICE/") < 0:
-        return True  # nearly every request: one scan of the bytes
+    # Nearly every request: one scan of the bytes per name. Compiled, glibc's memmem (framing.pxd): bytes.find
+    # parses its arguments through the old tuple protocol, ~250 instructions a call (callgrind). find(), not
+    # `in`: Python 3.11 tries the needle of `bytes in bytes` as an int first and formats the TypeError it gets.
+    if _COMPILED:
+        if not _occurs(raw, b"RTSP/") and not _occurs(raw, b"ICE/"):  # noqa: F821
+            return True
+    elif raw.find(b"RTSP/") < 0 and raw.find(b"ICE/") < 0:
+        return True
     line = method + b" " + url + b" "
     for proto in (b"RTSP/", b"ICE/"):
         at = raw.find(line + proto)
@@ -425,45 +429,63 @@ def _head_in_one_copy(lead: list[bytes], headers: Iterable[Header], extra: Itera
 
     The sizing pass checks every object's type, then reads sizes with the unchecked C macros; the copy pass
     holds the same objects in ``bytes``-typed names: no length goes through the generic ``len()`` (90 such
-    calls per keep-alive GET before)."""
+    calls per keep-alive GET before), and no tuple is built to walk the two field collections."""
     size = 2
     for item in lead:
         if type(item) is not bytes:
             return None
         size += PyBytes_GET_SIZE(item)  # noqa: F821
-    for fields in (headers, extra):
-        if type(fields) is not list and type(fields) is not tuple:
-            return None
-        for item in fields:
-            if type(item) is not tuple or PyTuple_GET_SIZE(item) != 2:  # noqa: F821
-                return None
-            name, value = item
-            if type(name) is not bytes or type(value) is not bytes:
-                return None
-            size += PyBytes_GET_SIZE(name) + PyBytes_GET_SIZE(value) + 4  # noqa: F821
+    sized = _fields_size(headers)
+    if sized < 0:
+        return None
+    size += sized
+    sized = _fields_size(extra)
+    if sized < 0:
+        return None
+    size += sized
     head = _new_bytes(size)  # noqa: F821 (framing.pxd declares both: uninitialised, filled below)
     at = PyBytes_AS_STRING(head)  # noqa: F821
-    room = size - 2  # for the pieces and fields; the blank line after them
+    end = at + size - 2  # where the pieces and fields end; the blank line after them
     for piece in lead:
-        room -= len(piece)
         at = _put(at, piece)
-    for fields in (headers, extra):
-        for key, text in fields:
-            # what was sized is what is copied (no Python code runs between the passes); the check keeps a
-            # write inside the object even if that ever stopped being true
-            room -= len(key) + len(text) + 4
-            if room < 0:
-                raise RuntimeError("a head's fields changed while it was written")
-            at = _put(at, key)
-            at[0] = 58  # ": "
-            at[1] = 32
-            at = _put(at + 2, text)
-            at[0] = 13  # CRLF
-            at[1] = 10
-            at += 2
+    at = _put_fields(at, end, headers)
+    at = _put_fields(at, end, extra)
     at[0] = 13
     at[1] = 10
     return head
+
+
+def _fields_size(fields: Iterable[Header]) -> int:
+    """Compiled only: the bytes of ``fields`` as ``name: value CRLF`` lines; -1 unless they are a list or tuple
+    of (bytes, bytes) tuples."""
+    if type(fields) is not list and type(fields) is not tuple:
+        return -1
+    size = 0
+    for item in fields:
+        if type(item) is not tuple or PyTuple_GET_SIZE(item) != 2:  # noqa: F821
+            return -1
+        name, value = item
+        if type(name) is not bytes or type(value) is not bytes:
+            return -1
+        size += PyBytes_GET_SIZE(name) + PyBytes_GET_SIZE(value) + 4  # noqa: F821
+    return size
+
+
+def _put_fields(at, end, fields: Iterable[Header]):  # at, end: C pointers (framing.pxd)
+    """Compiled only: ``fields`` (sized by ``_fields_size``) written from ``at`` as header lines; where they
+    ended. What was sized is what is copied (no Python code runs between the passes); the bound check keeps a
+    write inside the object even if that ever stopped being true."""
+    for key, text in fields:
+        if at + len(key) + len(text) + 4 > end:
+            raise RuntimeError("a head's fields changed while it was written")
+        at = _put(at, key)
+        at[0] = 58  # ": "
+        at[1] = 32
+        at = _put(at + 2, text)
+        at[0] = 13  # CRLF
+        at[1] = 10
+        at += 2
+    return at
 
 
 def _put(at, data: bytes):  # at: a C pointer (framing.pxd)

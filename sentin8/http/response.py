@@ -82,13 +82,9 @@ class UpstreamBody:
         self.drop_content_length = drop_content_length  # Content-Length beside chunked: not forwarded
 
 
-_BODIES = {
-    (no_body, chunked, close, drop): UpstreamBody(no_body, chunked, close, drop)
-    for no_body in (False, True)
-    for chunked in (False, True)
-    for close in (False, True)
-    for drop in (False, True)
-}
+# every shape, made once and indexed by its four flags as bits (no_body 8, chunked 4, until_close 2, drop 1):
+# a response's lookup is a list index, not a tuple of four built and hashed
+_BODIES = [UpstreamBody(bool(i & 8), bool(i & 4), bool(i & 2), bool(i & 1)) for i in range(16)]
 
 
 def upstream_body(status: int, headers: list[Header], *, head_only: bool) -> UpstreamBody:
@@ -106,7 +102,13 @@ def upstream_body(status: int, headers: list[Header], *, head_only: bool) -> Ups
             has_length = True
     no_body = head_only or status == 204 or status == 304
     until_close = not no_body and not chunked_in and not has_length
-    return _BODIES[no_body, chunked_in and not no_body, until_close, chunked_in and has_length]
+    bodies = _BODIES  # typed in response.pxd: a C list index
+    return bodies[
+        (8 if no_body else 0)
+        | (4 if chunked_in and not no_body else 0)
+        | (2 if until_close else 0)
+        | (1 if chunked_in and has_length else 0)
+    ]
 
 
 def client_framing(
