@@ -1,9 +1,10 @@
 """The kernel share of one L7 keep-alive request: syscalls by kind, context switches and CPU per request of
 sentin8's and nginx's workers under the same wrk load (issue 18, item 2). Not part of ``python -m bench``.
 
-    sudo .venv/bin/python -m bench.kernel_share [--duration 5] [--repeat 3] [--conns 64] [--h2]
+    sudo .venv/bin/python -m bench.kernel_share [--duration 5] [--repeat 3] [--conns 64] [--h2 | --h2load]
     sudo .venv/bin/python -m bench.kernel_share --l4 [--peers sentin8,haproxy,haproxy-splice]
 
+``--h2load``: the bench's other keep-alive row, ``h2load --h1`` (the same GET, one more header: user-agent).
 ``--l4``: the bench's "L4 new conns" row instead (connect, ClientHello, the backend's first byte, close),
 sentin8's L4 fleet beside HAProxy in TCP mode; everything is then per connection.
 
@@ -54,9 +55,11 @@ def _switches(pids: list[int]) -> tuple[int, int]:
     return vol, inv
 
 
-def _load(tc: toolchain.Toolchain, url: str, conns: int, duration: float, h2: bool, l4: bytes = b""):
+def _load(tc: toolchain.Toolchain, url: str, conns: int, duration: float, h2: bool | str, l4: bytes = b""):
     if l4:  # the bench's l4_connrate: ``l4`` is the ClientHello each new connection sends
         return clients.l4_connrate(int(url.rsplit(":", 1)[1].rstrip("/")), l4, duration)
+    if h2 == "h1":  # the bench's l7_h2load: h2load --h1 keep-alive
+        return loadtools.h2load_keepalive(tc, url, conns, duration)
     if h2:  # the bench's l7_h2_m10: 16 connections x 10 streams
         return loadtools.h2load_streams(tc, url, 16, 10, duration)
     return loadtools.wrk(tc, url, conns, duration)
@@ -68,11 +71,12 @@ def measure(
     workers: list[int],
     conns: int,
     duration: float,
-    h2: bool = False,
+    h2: bool | str = False,
     record: str = "",
     l4: bytes = b"",
 ) -> dict:
-    """One wrk (or h2load -m10) run against ``port`` with perf counting on ``workers``: per-request figures."""
+    """One wrk run (h2load -m10 when ``h2``, h2load --h1 when it is "h1") against ``port`` with perf counting
+    on ``workers``: per-request figures."""
     url = f"https://bench.test:{port}/"
     _load(tc, url, conns, 1.0, h2, l4)  # warm: handshakes done, buffers grown
     perf = subprocess.Popen(
@@ -123,8 +127,10 @@ def main() -> None:
     ap.add_argument("--peers", default="sentin8,nginx")
     ap.add_argument("--record", default="", help="perf record the first repeat of each peer: <prefix>-<peer>.data")
     ap.add_argument("--h2", action="store_true", help="h2load -c16 -m10 over HTTP/2 instead of wrk")
+    ap.add_argument("--h2load", action="store_true", help="h2load --h1 keep-alive (l7_h2load) instead of wrk")
     ap.add_argument("--l4", action="store_true", help="new L4 connections (sentin8, haproxy, haproxy-splice)")
     a = ap.parse_args()
+    load = "h1" if a.h2load else a.h2
     work = Path(tempfile.mkdtemp(prefix="sentin8-kshare-"))
     tc = toolchain.ensure(work, log=sys.stderr)
     cert = certs.write_mldsa65(work / "cert", ["bench.test", "*.bench.test"])
@@ -160,7 +166,7 @@ def main() -> None:
                 p = peers[name]
                 record = f"{a.record}-{name}.data" if a.record and rep == 0 else ""
                 port = p.l4_port if a.l4 else p.l7_port
-                r = measure(tc, port, p.worker_pids(), a.conns, a.duration, a.h2, record, hello)
+                r = measure(tc, port, p.worker_pids(), a.conns, a.duration, load, record, hello)
                 rows[name].append(r)
                 total = r.get("raw_syscalls:sys_enter", 0)
                 unit = "conn" if a.l4 else "req"
