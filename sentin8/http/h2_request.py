@@ -29,7 +29,7 @@ import re
 from collections.abc import Sequence
 
 from .acme import ACME_PREFIX, NOT_ACME, acme_challenge
-from .framing import H2_VERSION, Header, RequestHead, split_host
+from .framing import H2_VERSION, Header, RequestHead, new_request_head, split_host
 
 __all__ = ["H2_VERSION", "REASONS", "STREAM_ERROR", "H2Refusal", "check_body_length", "check_trailers", "map_request"]
 
@@ -263,7 +263,7 @@ def map_request(
         raise H2Refusal("h2_too_many_headers", 431)
     if end_stream and content_length:
         raise H2Refusal("h2_content_length_mismatch")  # declares a body, sends none (RFC 9113 §8.1.1)
-    return RequestHead(
+    return new_request_head(
         method,
         path,
         H2_VERSION,
@@ -274,10 +274,11 @@ def map_request(
         not end_stream and content_length is None,  # undeclared length: chunked upstream
         True,
         False,
-        acme=acme_challenge(method, path, origin_form=True, body=not end_stream, upgrade=False)
+        b"",
+        acme_challenge(method, path, origin_form=True, body=not end_stream, upgrade=False)
         if path.startswith(ACME_PREFIX)
         else NOT_ACME,  # HTTP-01 challenges take the same bypass as on h1 (acme.py decides what is one)
-        expect_continue=expect and not end_stream,
+        expect and not end_stream,  # expect_continue
     )
 
 

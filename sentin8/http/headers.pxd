@@ -3,7 +3,8 @@
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING
 from sentin8.http.framing cimport _new_bytes
-@cython.locals(name=bytes, low=bytes, norm=bytes)
+# out typed: its append is a C list append (a bound ``append`` local would be a Python call per header)
+@cython.locals(name=bytes, low=bytes, norm=bytes, out=list)
 cpdef tuple _filter_request(list headers, bint websocket, bint http10)
 cpdef bytes correlation_id(object client_value)
 cpdef bytes _uuid4()
@@ -15,5 +16,5 @@ cpdef tuple _route_context(route)
 # per request, from the admission and the relay (they cimport them): C calls
 # the str arguments typed: their encode() is a C call
 cpdef tuple forward_headers(list headers, route, str client_ip, str proto, host, str hostname, bint websocket=*, client_cert=*, bint http10=*)
-@cython.locals(name=bytes, low=bytes)
+@cython.locals(name=bytes, low=bytes, out=list)
 cpdef list response_headers(list headers, bint interim=*, bint upgrade=*)

@@ -191,27 +191,26 @@ def _formatted_ids(random: bytes) -> bytes:
 def _filter_request(headers: list[Header], websocket: bool, http10: bool) -> tuple[list[Header], bytes | None]:
     """One pass: drop reserved, hop-by-hop, framing and forwarding headers; remember X-Correlation-Id."""
     out: list[Header] = []
-    append = out.append
     corr: bytes | None = None
     tokens: list[bytes] = []
     drop = _REQUEST_DROP_HTTP10 if http10 else _REQUEST_DROP
     for header in headers:
         name = header[0]  # bytes, typed in headers.pxd: lower(), find() and replace() are C calls, not lookups
         low = name.lower()
-        if low[:1] == b"x":
+        if low.startswith(b"x"):  # startswith, not a slice: on the typed name a C compare, no new bytes
             # "_" too: CGI/WSGI backends read X_Sentin8_Env_Id and X-Sentin8-Env-Id as one name.
             # find(), not `in`: Python 3.11 formats a TypeError inside every `bytes in bytes` (~1k instructions)
             norm = low.replace(b"_", b"-") if low.find(b"_") >= 0 else low
-            if norm[:10] == RESERVED_PREFIX or norm[:12] == b"x-forwarded-" or norm == b"x-real-ip":
+            if norm.startswith(RESERVED_PREFIX) or norm.startswith(b"x-forwarded-") or norm == b"x-real-ip":
                 continue
             if low == b"x-correlation-id" and corr is None:
                 corr = header[1]
-            append(header)
+            out.append(header)
         elif low in drop:
             if low == b"connection":
                 tokens += _listed_in_connection(header[1], _CONNECTION_OPTIONS)
         else:
-            append(header)
+            out.append(header)
     out = _drop_listed(out, tokens)
     if websocket:
         # Only the protocol the tunnel is checked for goes upstream (websocket.py), whatever else was listed.
@@ -285,7 +284,6 @@ def response_headers(headers: list[Header], *, interim: bool = False, upgrade: b
     an interim response too): the switch is re-stated as ``Connection: Upgrade`` and ``Upgrade: websocket``.
     """
     out: list[Header] = []
-    append = out.append
     tokens: list[bytes] = []
     drop = _INTERIM_DROP if interim or upgrade else _RESPONSE_DROP
     for header in headers:
@@ -296,8 +294,10 @@ def response_headers(headers: list[Header], *, interim: bool = False, upgrade: b
                 tokens += _listed_in_connection(header[1], _RESPONSE_CONNECTION_OPTIONS)
         # Reserved in either spelling (as for requests). Every such name sorts at or after "x-sentin8-" ("_"
         # sorts after "-"), so one comparison clears nearly every header.
-        elif low < RESERVED_PREFIX or (low.replace(b"_", b"-") if low.find(b"_") >= 0 else low)[:10] != RESERVED_PREFIX:
-            append(header)
+        elif low < RESERVED_PREFIX or not (low.replace(b"_", b"-") if low.find(b"_") >= 0 else low).startswith(
+            RESERVED_PREFIX
+        ):
+            out.append(header)
     out = _drop_listed(out, tokens)
     if upgrade:
         out.append((b"Connection", b"Upgrade"))

@@ -15,4 +15,5 @@ cpdef UpstreamBody upstream_body(status, list headers, bint head_only)
 cpdef ResponseFraming client_framing(UpstreamBody body, version, bint keep_alive, bint websocket, bint draining)
 cpdef bint status_line_acceptable(raw, Py_ssize_t index, Py_ssize_t status)
 cpdef bint upstream_reusable(bint backend_keep_alive, bint extra_bytes, bint head_only, bint close_delimited, bint request_complete)
+@cython.locals(size=Py_ssize_t, group=list, out=list)  # a piece may be a view (body slices): only the sizes typed
 cpdef list coalesce(list pieces, Py_ssize_t limit)

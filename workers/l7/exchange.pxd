@@ -11,6 +11,7 @@ cdef class Exchange(ResponseRelay):
     # the steps of one request that call each other (relay.pxd has the rest): C calls
     @cython.locals(admitted=Admitted, refused=Refuse, gate=WafGate)
     cpdef begin(self)  # from the h1 connection's _start and the h2 stream's open, typed
+    @cython.locals(mask="unsigned long long", bit=Py_ssize_t)
     cpdef _to(self, state)
     cpdef routed(self, service, sidx, host)
     @cython.locals(ctx=L7Context)

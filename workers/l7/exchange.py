@@ -114,7 +114,8 @@ class Exchange(ResponseRelay):
         self._reset_response()
 
     def _to(self, state: ExchangeState) -> None:
-        if not LEGAL[self.state] >> state & 1:
+        mask, bit = LEGAL[self.state], state  # C integers when compiled (exchange.pxd): no int objects per step
+        if not mask >> bit & 1:
             raise ExchangeStateError(f"exchange {self.state.name} -> {state.name}")
         self.state = state
 
