@@ -222,6 +222,8 @@ class SplicePipe:
         self._events(events, self.downstream, self.upstream)
 
     def _events(self, events: int, reader: _Direction, writer: _Direction) -> None:
+        if self.closed:
+            return  # a closed pipe has let go of its directions (``_close``): nothing is left to run
         # ERR and HUP go to whichever direction watches the socket: its next splice meets the condition
         try:
             if events & (IN | ERR | HUP) and reader.reading:
@@ -264,3 +266,7 @@ class SplicePipe:
         _close(self.client)  # the C close: socket.py's close and _real_close are interpreted, per connection
         _close(self.backend)
         self.on_close(self)
+        # Each direction points back at the pipe. Letting go of them here frees the connection's objects by
+        # refcount as soon as the poll set forgets its handlers; a cycle left in place waits for the collector,
+        # which walked and cleared ~9k instructions' worth per L4 connection (bench.profile.l4, callgrind).
+        self.upstream = self.downstream = None  # type: ignore[assignment]
