@@ -1,7 +1,10 @@
 # C layout of the accept-to-hand-off path (Cython pure-Python mode; door.py stays the source).
+cimport cython
 from sentin8.backends cimport Backends
+from sentin8.holds cimport Hold
 from sentin8.shm.counters cimport WorkerCounters
-from workers.l4_pipe cimport PipePool
+from workers.connect cimport BackendConnect
+from workers.l4_pipe cimport PipePool, SplicePipe
 from workers.poll_set cimport PollSet
 
 cdef class Door:
@@ -14,7 +17,8 @@ cdef class Door:
 
 cdef class Arrival:
     cdef public Door door
-    cdef public object conn, addr, hold, local
+    cdef public object conn, addr, local
+    cdef public Hold hold
     cdef public double deadline
     cdef public bint guaranteed_l4, handed_off, over_cap
     cdef public Py_ssize_t sidx
@@ -24,3 +28,7 @@ cdef class Arrival:
     cpdef _route(self, hello, bint internal)
     cpdef _serve_l4(self, sni)
     cpdef _refuse(self)
+    # an L4 connection's last steps: the pipe (and the connect before it) typed, its start and close C calls
+    @cython.locals(pipe=SplicePipe)
+    cpdef _connected(self, inst, backend)
+    cpdef _pipe_closed(self, SplicePipe pipe)

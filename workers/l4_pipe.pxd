@@ -2,6 +2,9 @@
 # pipe hold each other typed, so every readiness event runs on struct members and C calls.
 from workers.poll_set cimport PollSet
 
+# poll_set's event bits held as C longs: a readiness event is tested in C, without an int object per test
+cdef long IN, OUT, ERR, HUP
+
 cdef class PipePool:
     cdef public list _free
     cdef public Py_ssize_t keep

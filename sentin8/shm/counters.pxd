@@ -21,3 +21,8 @@ cdef class WorkerCounters:
     cpdef refused(self, refusal)
     @cython.locals(i=Py_ssize_t)
     cpdef traffic(self, external, what=*)
+    # per L4 connection, from the door (door.pxd): C calls on C values
+    @cython.locals(i=Py_ssize_t)
+    cpdef l4_connection(self, Py_ssize_t sidx)
+    @cython.locals(w="unsigned long long[::1]", row=Py_ssize_t)
+    cpdef l4_closed(self, Py_ssize_t sidx, unsigned long long bytes_in, unsigned long long bytes_out)
