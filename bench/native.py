@@ -76,6 +76,7 @@ SANS_IO = (
     "sentin8.netclass",
     "sentin8.tokenbucket",
     "sentin8.http.framing",
+    "sentin8.http.head_writer",
     "sentin8.http.headers",
     "sentin8.http.response",
 )
@@ -84,7 +85,8 @@ SANS_IO = (
 def cases(m: dict[str, ModuleType]) -> dict[str, tuple[str, Callable[[], object]]]:
     """name -> (per "request" or "connection" or "other", a call with its inputs bound)."""
     ch, nc, tb = m["sentin8.clienthello"], m["sentin8.netclass"], m["sentin8.tokenbucket"]
-    fr, hd, rs = m["sentin8.http.framing"], m["sentin8.http.headers"], m["sentin8.http.response"]
+    fr, hw = m["sentin8.http.framing"], m["sentin8.http.head_writer"]
+    hd, rs = m["sentin8.http.headers"], m["sentin8.http.response"]
     hello = _pq_hello(b"bench.test")
     classifier = nc.Classifier(["10.0.0.0/8", "fd00::/8"])
     raw = b"GET / HTTP/1.1\r\n" + b"".join(b"%s: %s\r\n" % h for h in REQUEST) + b"\r\n"
@@ -125,7 +127,7 @@ def cases(m: dict[str, ModuleType]) -> dict[str, tuple[str, Callable[[], object]
                 BROWSER, ROUTE, client_ip="127.0.0.1", proto="https", host=b"shop.example.com", hostname="shop"
             ),
         ),
-        "framing.request_head": ("request", lambda: fr.request_head(b"GET", b"/", fwd, framing=None)),
+        "head_writer.request_head": ("request", lambda: hw.request_head(b"GET", b"/", fwd, framing=None)),
         "headers.response_headers": ("request", lambda: hd.response_headers(RESPONSE)),
         "response.response_framing": (
             "request",
@@ -133,7 +135,7 @@ def cases(m: dict[str, ModuleType]) -> dict[str, tuple[str, Callable[[], object]
                 200, RESPONSE, head_only=False, version="1.1", keep_alive=True, websocket=False, draining=False
             ),
         ),
-        "framing.response_head": ("request", lambda: fr.response_head(200, b"OK", RESPONSE)),
+        "head_writer.response_head": ("request", lambda: hw.response_head(200, b"OK", RESPONSE)),
         "response.encode_chunks (63 B)": ("other", lambda: rs.encode_chunks(body, 16384)),
     }
 

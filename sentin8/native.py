@@ -32,6 +32,7 @@ MODULES = (
     "sentin8.http.h2_events",
     "sentin8.http.h2_limits",
     "sentin8.http.h2_request",
+    "sentin8.http.head_writer",
     "sentin8.http.headers",
     "sentin8.http.llhttp_private",
     "sentin8.http.response",

@@ -13,19 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sentin8.http.framing import (
-    REASONS,
     HeaderBudget,
     HeadError,
     RequestHead,
-    error_response,
     measured_budget,
-    request_head,
     request_line_is_http,
-    response_head,
     split_host,
     validate_request,
     websocket_accept,
 )
+from sentin8.http.head_writer import REASONS, error_response, request_head, response_head
 
 
 class _Collector:

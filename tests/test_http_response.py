@@ -6,7 +6,8 @@ from __future__ import annotations
 import httptools
 import pytest
 
-from sentin8.http.framing import HeadError, response_head
+from sentin8.http.framing import HeadError
+from sentin8.http.head_writer import response_head
 from sentin8.http.headers import response_headers
 from sentin8.http.response import (
     INTERIM_MAX_BYTES,

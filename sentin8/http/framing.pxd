@@ -1,14 +1,6 @@
 # C declarations for framing.py's hot classes (Cython pure-Python mode; the .py stays the source).
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.tuple cimport PyTuple_GET_SIZE
-from libc.string cimport memcpy
-
-cdef extern from *:
-    """
-    static inline PyObject *sentin8_new_bytes(Py_ssize_t size) { return PyBytes_FromStringAndSize(NULL, size); }
-    """
-    bytes _new_bytes "sentin8_new_bytes"(Py_ssize_t size)  # a bytes object to fill (framing._head)
 
 cdef extern from *:
     """
@@ -54,24 +46,9 @@ cpdef RequestHead new_request_head(method, target, version, headers, host, autho
                                    bint chunked, bint keep_alive, bint websocket, websocket_key, acme,
                                    bint expect_continue)
 
-cpdef _add_fields(list parts, headers)  # per head: a C call from request_head and response_head
-@cython.locals(reasons=dict, lines=dict)
-cpdef bytes _status_line(status, reason)
-
 # the per-request functions other compiled modules call (they cimport them): C calls, keyword arguments mapped
 # at compile time (the .py keeps its keyword-only parameters)
 # name and value typed bytes: their lower() and strip() are C calls, not methods looked up by name
 @cython.locals(name=bytes, value=bytes, n=Py_ssize_t, target=bytes)  # target: its startswith is C (Cython's own)
 cpdef RequestHead validate_request(method, bytes url, version, list headers, bint keep_alive, bint upgrade)
 cpdef bint request_line_is_http(bytes raw, method, url)
-cpdef bytes request_head(method, target, headers, framing)
-cpdef bytes response_head(status, reason, headers, extra=*)
-cdef bytes _head(list lead, headers, extra)
-@cython.locals(size=Py_ssize_t, sized=Py_ssize_t, at=cython.p_char, end=cython.p_char, head=bytes, piece=bytes)
-cdef _head_in_one_copy(list lead, headers, extra)
-@cython.locals(size=Py_ssize_t)
-cdef Py_ssize_t _fields_size(fields)
-# the copy pass's names typed bytes (the sizing pass has checked each object's type first)
-@cython.locals(key=bytes, text=bytes)
-cdef char *_put_fields(char *at, char *end, fields) except NULL
-cdef char *_put(char *at, bytes data) noexcept

@@ -10,7 +10,8 @@ and reads ``close`` when the exchange is done. An HTTP/2 stream answers the same
 
 from __future__ import annotations
 
-from .framing import Header, RequestHead, error_response, local_response, response_head
+from .framing import Header, RequestHead
+from .head_writer import error_response, local_response, response_head
 from .response import (
     LAST_CHUNK,
     UpstreamBody,

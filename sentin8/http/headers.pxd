@@ -2,7 +2,7 @@
 # forward_headers calls each once per request, as C calls instead of through the Python call protocol.
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING
-from sentin8.http.framing cimport _new_bytes
+from sentin8.http.head_writer cimport _new_bytes
 # out typed: its append is a C list append (a bound ``append`` local would be a Python call per header)
 @cython.locals(name=bytes, low=bytes, norm=bytes, out=list)
 cpdef tuple _filter_request(list headers, bint websocket, bint http10)

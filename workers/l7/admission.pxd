@@ -1,6 +1,7 @@
 # C layout of admission's outcomes and the head it reads (Cython pure-Python mode; admission.py stays the
 # source). The exchange reads every outcome's fields; admit reads ~15 fields of the head: struct members.
-from sentin8.http.framing cimport RequestHead, request_head
+from sentin8.http.framing cimport RequestHead
+from sentin8.http.head_writer cimport request_head
 from sentin8.http.headers cimport forward_headers
 from workers.l7.contract cimport L7Context
 from workers.l7.downstream cimport ConnectionFacts

@@ -21,7 +21,8 @@ from __future__ import annotations
 from sentin8 import refusals
 from sentin8.http.acme import CHALLENGE, NOT_A_CHALLENGE
 from sentin8.http.body import body_over_limit
-from sentin8.http.framing import RequestHead, request_head
+from sentin8.http.framing import RequestHead
+from sentin8.http.head_writer import request_head
 from sentin8.http.headers import Header, forward_headers, passthrough_headers
 
 from .contract import L7Context, RequestInfo

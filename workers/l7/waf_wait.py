@@ -16,7 +16,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from sentin8 import refusals
-from sentin8.http.framing import REASONS
+from sentin8.http.head_writer import REASONS
 from sentin8.waf import WafEngine, WafRequest, WafVerdict
 from workers.waf_gate import WafGate
 

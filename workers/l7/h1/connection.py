@@ -23,8 +23,8 @@ from collections import deque
 
 import httptools
 
-from sentin8.http.framing import response_head
 from sentin8.http.h1_response import H1Response
+from sentin8.http.head_writer import response_head
 from sentin8.http.headers import Header
 from workers.upstream import UpstreamConn
 

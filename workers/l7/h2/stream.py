@@ -18,7 +18,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from sentin8.http import h2_codes
-from sentin8.http.framing import REASONS
+from sentin8.http.head_writer import REASONS
 from sentin8.http.headers import Header
 from sentin8.http.response import UpstreamBody, without_content_length
 
