@@ -4,6 +4,7 @@ destination (backpressure), a reset ends the pipe, and a finished pipe leaves no
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import socket
 
@@ -202,3 +203,38 @@ def test_a_finished_pipe_leaves_the_set_with_its_close_and_its_numbers_serve_new
         pool.close()
 
     _run(main)
+
+
+def test_a_closed_pipe_is_freed_by_refcount_not_by_the_collector(listener):
+    """Each direction points back at its pipe: once closed, the pipe lets go of them, so a finished L4
+    connection's objects go as soon as nothing holds the pipe. With the cycle, every connection would wait for
+    the garbage collector (and cost a worker its walk); the collector is off here, so a cycle stays visible."""
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        poll, pool = PollSet(loop), PipePool()
+        client_app, client_side = _pair(listener)
+        backend_side, backend_app = _pair(listener)
+        closed = asyncio.Event()
+        carried: list[int] = []
+
+        def on_close(pipe: SplicePipe) -> None:  # as the door's: it keeps what it counts, never the pipe
+            carried.append(pipe.upstream.bytes)
+            closed.set()
+
+        SplicePipe(poll, client_side, backend_side, pool, on_close).start()
+        await loop.sock_sendall(client_app, b"hello")
+        assert await loop.sock_recv(backend_app, 5) == b"hello"
+        client_app.close()
+        backend_app.close()
+        await asyncio.wait_for(closed.wait(), 5)
+        assert carried == [5] and len(poll) == 0
+        assert not [o for o in gc.get_objects() if type(o) is SplicePipe], "a closed pipe outlived its last reference"
+        poll.close()
+        pool.close()
+
+    gc.collect()  # what earlier tests left
+    gc.disable()
+    try:
+        _run(main)
+    finally:
+        gc.enable()
