@@ -40,6 +40,8 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from sentin8 import waf  # noqa: E402
+from sentin8.config import Policy  # noqa: E402
 from tests.peers import Fleet, HTTPBackend  # noqa: E402 - the way the tests start the real fleet
 from tests.pqclient import PQClient  # noqa: E402
 
@@ -205,7 +207,8 @@ def main() -> int:
         off = start_fleet(work / "off", backend.port, False, args.paranoia)
         fleets.append(off)
         client = Client(on.port)
-        print(f"WAF: ModSecurity v3 + OWASP CRS 3.3.4, paranoia {args.paranoia}, anomaly threshold 5")
+        crs_release = waf.crs_layout(waf.settings_from_policy(Policy(waf=True)).crs_dir).version
+        print(f"WAF: ModSecurity v3 + OWASP CRS {crs_release}, paranoia {args.paranoia}, anomaly threshold 5")
         print("corpus: Debian wfuzz 3.1.0 Injections/{SQL,XSS,Traversal}.txt; benign: names.txt, common.txt\n")
         print(f"{'family':10} {'payloads':>8} | " + " | ".join(f"{p:>6}" for p in ("query", "form", "json", "cookie")))
         total_blocked = total_sent = 0

@@ -4,7 +4,8 @@
 
 Both peers terminate PQ TLS (X25519MLKEM768, ML-DSA-65) with 2 workers pinned to CPUs 0 and 1, in front of the
 same backend nginx (a fixed 63-byte body), and inspect every request with **ModSecurity v3 and the OWASP CRS
-3.3.4 at the same paranoia level and anomaly threshold**: sentin8 with ``policy.waf`` (the engine of the
+the host has (3.3.4 on Debian 12, 4.x on 13; the report names it) at the same paranoia level and anomaly
+threshold**: sentin8 with ``policy.waf`` (the engine of the
 ``libmodsecurity`` wheel, 3.0.15), nginx with Debian 13's ``libnginx-mod-http-modsecurity`` (libmodsecurity
 3.0.14) loading the very rule files sentin8 loads (the host's ``modsecurity-crs``, copied into the run's work
 directory, REQUEST-910 left out) and the same engine directives (``sentin8.waf``'s, written out). Each is also
@@ -36,15 +37,17 @@ FORM = b"&".join(
 )[:16384]
 
 
-def rules_dir(work: Path, paranoia: int) -> Path:
-    """The rule files nginx loads: sentin8's whole rule set (``waf.rule_parts``: engine directives, the CRS set-up
-    for the release found, the CRS files in sentin8's order), the files copied beside their ``.data`` files."""
+def rules_dir(work: Path, paranoia: int) -> tuple[Path, str]:
+    """(the directory, the CRS release) of the rule files nginx loads: sentin8's whole rule set
+    (``waf.rule_parts``: engine directives, the CRS set-up for the release found, the CRS files in sentin8's
+    order), the files copied beside their ``.data`` files."""
     d = work / "modsec"
     crs = d / "crs"
     crs.mkdir(parents=True, exist_ok=True)
     settings = waf.settings_from_policy(Policy(waf=True, waf_paranoia=paranoia))
     conf = []
-    for part in waf.rule_parts(settings, waf.crs_layout(settings.crs_dir), partial=False):
+    layout = waf.crs_layout(settings.crs_dir)
+    for part in waf.rule_parts(settings, layout, partial=False):
         if not part.path:
             conf.append(part.text)
             continue
@@ -55,7 +58,7 @@ def rules_dir(work: Path, paranoia: int) -> Path:
         shutil.copy(src, crs / src.name)
         conf.append(f"Include {crs / src.name}\n")
     (d / "main.conf").write_text("".join(conf))
-    return d
+    return d, str(layout.version)
 
 
 def start_nginx_waf(
@@ -152,8 +155,8 @@ def main() -> int:
     nofile = stack.rlimit_nofile()
     cert = certs.write_mldsa65(work / "cert", ["bench.test", "*.bench.test"])
     (work / "form.txt").write_bytes(FORM)
+    rules, crs_release = rules_dir(work, a.paranoia)  # before any process starts: no CRS, nothing to leave running
     backend = stack.start_backend_nginx(tc, work, cert, nofile)
-    rules = rules_dir(work, a.paranoia)
     peers: list[stack.Peer] = []
     try:
         peers = [
@@ -185,7 +188,7 @@ def main() -> int:
                         print(f"bench: {peer.name:14} {load:17} {s.value:9.0f} req/s", file=sys.stderr)
         print(
             f"\nL7 keep-alive, h2load --h1 (GET: -c{a.conns} for {a.duration:g} s; POST: -c8 -n {a.posts}) "
-            f"x {a.repeat}, CRS 3.3.4 paranoia {a.paranoia} (medians)\n"
+            f"x {a.repeat}, CRS {crs_release} paranoia {a.paranoia} (medians)\n"
         )
         print(f"{'peer':15} {'load':18} {'req/s':>9} {'CPU-µs/req':>11}")
         med: dict[tuple[str, str], tuple[float, float]] = {}
