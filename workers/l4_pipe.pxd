@@ -2,6 +2,19 @@
 # pipe hold each other typed, so every readiness event runs on struct members and C calls.
 from workers.poll_set cimport PollSet
 
+# splice(2) as a C call in the compiled build (l4_pipe.py, "if cython.compiled")
+cdef extern from "<fcntl.h>" nogil:
+    Py_ssize_t c_splice "splice"(int, long long *, int, long long *, size_t, unsigned int)
+    unsigned int c_SPLICE_F_MOVE "SPLICE_F_MOVE"
+    unsigned int c_SPLICE_F_NONBLOCK "SPLICE_F_NONBLOCK"
+
+cdef extern from "<errno.h>" nogil:
+    int c_errno "errno"
+    int c_EINTR "EINTR"
+    int c_EAGAIN "EAGAIN"
+
+cdef Py_ssize_t _splice(int src, int dst, size_t size) except -2
+
 # poll_set's event bits held as C longs: a readiness event is tested in C, without an int object per test
 cdef long IN, OUT, ERR, HUP
 
