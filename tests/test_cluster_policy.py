@@ -88,9 +88,16 @@ def test_a_put_on_one_host_is_enforced_by_the_other_within_a_second(pair, redis_
     view = _put(a, {"rate_limit_rps": 3})
     assert view["version"] >= 1 and view["set_by"] == "a" and not view["unshared"]
     wait_until(lambda: _policy(b)["effective"]["rate_limit_rps"] == 3, 5, what="B adopts A's change")
-    # A published exactly that version, and B adopted exactly it, from A (versions, not clocks, say which)
+    # A published exactly that version, and B adopted exactly it, from A (versions, not clocks, say which). The
+    # event lines reach this test through each fleet's output pipe, after the state /policy already serves (CI
+    # read B's events a moment before its "policy_adopted" line arrived): wait for the lines, don't race them.
+    wait_until(lambda: any(e["version"] == view["version"] for e in a.events("policy_shared")), 5, what="A's event")
     assert [e["version"] for e in a.events("policy_shared")][-1] == view["version"]
-    adopted = [e for e in b.events("policy_adopted") if e["version"] == view["version"]]
+
+    def adopted_by_b() -> list[dict]:
+        return [e for e in b.events("policy_adopted") if e["version"] == view["version"]]
+
+    adopted = wait_until(adopted_by_b, 5, what="B's policy_adopted event")
     assert len(adopted) == 1 and adopted[0]["set_by"] == "a", b.events("policy_adopted")
     # from the PUT on A to B's shared memory (the events' wall clocks: one machine), not the polling above
     took = adopted[0]["ts"] - put_at
