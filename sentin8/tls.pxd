@@ -5,6 +5,19 @@ ctypedef int (*_rw_fn)(void *, void *, int) noexcept nogil  # SSL_read, SSL_writ
 ctypedef int (*_error_fn)(void *, int) noexcept nogil  # SSL_get_error
 cdef _rw_fn c_SSL_read, c_SSL_write, c_BIO_read, c_BIO_write
 cdef _error_fn c_SSL_get_error
+# once per handshake step or connection: the step itself, its callbacks' calls and the key shares' release
+ctypedef int (*_ssl_fn)(void *) noexcept nogil  # SSL_do_handshake
+ctypedef long (*_mem_data_fn)(void *, char **) noexcept nogil  # BIO_get_mem_data
+ctypedef const char *(*_servername_fn)(void *, int) noexcept nogil  # SSL_get_servername
+ctypedef void *(*_set_ctx_fn)(void *, void *) noexcept nogil  # SSL_set_SSL_CTX
+ctypedef long (*_ctrl_fn)(void *, int, long, void *) noexcept nogil  # SSL_ctrl
+ctypedef void (*_free_fn)(void *) noexcept nogil  # EVP_PKEY_free
+cdef _ssl_fn c_SSL_do_handshake
+cdef _mem_data_fn c_BIO_get_mem_data
+cdef _servername_fn c_SSL_get_servername
+cdef _set_ctx_fn c_SSL_set_SSL_CTX
+cdef _ctrl_fn c_SSL_ctrl
+cdef _free_fn c_EVP_PKEY_free
 cdef char c_scratch[65536]  # _SCRATCH bytes (checked at import)
 cdef Py_ssize_t _SCRATCH, _RENEW_ABOVE
 
@@ -28,3 +41,15 @@ cdef class RecordIO:
     cpdef _point(self)
 
 cpdef object _scratch()  # twice per request in the pure build: a C call from RecordIO
+
+cdef class _KeyShares:
+    cdef public bint usable
+    cdef public dict slots
+    cdef public object ctrl, free
+    cpdef bint release(self, size_t ssl, int ctrl) except? -1
+    cdef size_t _key(self, size_t ssl, int ctrl) except? 0
+    cdef int _free(self, size_t key) except -1
+
+cdef bint _take_word(size_t address, size_t expected)
+cpdef Py_ssize_t _release_key_shares_at(size_t ssl) except -1
+cdef int _c_on_servername(void *ssl, int *alert, void *arg) noexcept with gil

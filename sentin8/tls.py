@@ -343,14 +343,24 @@ class RecordIO:
         ``WantReadError`` built per flight). Raises what pyOpenSSL's ``do_handshake`` raises otherwise (its
         check after a success only re-raises what pyOpenSSL's own callback wrappers stored; no context here
         has one)."""
-        n = _lib.SSL_do_handshake(self._ssl)
-        if n <= 0:
-            if _SSL_get_error(self._ssl, n) == _WANT_READ:
+        if cython.compiled:  # the GIL stays held: OpenSSL calls the C callbacks below without a hand-off
+            n = c_SSL_do_handshake(self._c_ssl)
+            if n <= 0 and c_SSL_get_error(self._c_ssl, n) == _WANT_READ:
                 return False
+        else:
+            n = _lib.SSL_do_handshake(self._ssl)
+            if n <= 0 and _SSL_get_error(self._ssl, n) == _WANT_READ:
+                return False
+        if n <= 0:
             _raise_ssl_error(self._ssl, n)
             raise SSL.Error("SSL_do_handshake failed")
-        release_key_shares(self._ssl)
-        if not _BIO_get_mem_data(self._into, _ffi.NULL):
+        if cython.compiled:
+            _release_key_shares_at(cython.cast(cython.size_t, self._c_ssl))
+            buffered = c_BIO_get_mem_data(self._c_into, cython.NULL)
+        else:
+            release_key_shares(self._ssl)
+            buffered = _BIO_get_mem_data(self._into, _ffi.NULL)
+        if not buffered:
             self._renew_into()  # the handshake's flights (a ~1.6 KB PQ ClientHello) are read: its buffer goes
         return True
 
@@ -495,6 +505,11 @@ if cython.compiled:
     c_BIO_read = cython.cast(_rw_fn, _c_address(_BIO_read))  # noqa: F821 (tls.pxd declares it)
     c_BIO_write = cython.cast(_rw_fn, _c_address(_BIO_write))  # noqa: F821 (tls.pxd declares it)
     c_SSL_get_error = cython.cast(_error_fn, _c_address(_SSL_get_error))  # noqa: F821 (tls.pxd declares it)
+    # once per handshake step: SSL_do_handshake, and the steps' own calls around it
+    c_SSL_do_handshake = cython.cast(_ssl_fn, _c_address(_lib.SSL_do_handshake))  # noqa: F821
+    c_BIO_get_mem_data = cython.cast(_mem_data_fn, _c_address(_BIO_get_mem_data))  # noqa: F821
+    c_SSL_get_servername = cython.cast(_servername_fn, _c_address(_lib.SSL_get_servername))  # noqa: F821
+    c_SSL_set_SSL_CTX = cython.cast(_set_ctx_fn, _c_address(_lib.SSL_set_SSL_CTX))  # noqa: F821
 
 
 def _raise_ssl_error(ssl: object, result: int) -> None:
@@ -549,7 +564,8 @@ _WORD = 8  # 64-bit builds only: the ELF64 symbol reader (openssl_private) prove
 
 
 class _KeyShares:
-    """The calls and the proven slots of ``release_key_shares`` (one per process)."""
+    """The calls and the proven slots of ``release_key_shares`` (one per process). The compiled build calls
+    the two functions through C pointers (``tls.pxd``); the pure build through these cffi ones."""
 
     def __init__(self) -> None:
         found = openssl_private.resolve(("SSL_ctrl", "EVP_PKEY_free"))
@@ -560,30 +576,45 @@ class _KeyShares:
             return
         self.ctrl = openssl_private.function(found["SSL_ctrl"], "long (*)(void *, int, long, void *)")
         self.free = openssl_private.function(found["EVP_PKEY_free"], "void (*)(void *)")
+        if cython.compiled:
+            global c_SSL_ctrl, c_EVP_PKEY_free
+            c_SSL_ctrl = cython.cast(_ctrl_fn, cython.cast(cython.size_t, found["SSL_ctrl"]))  # noqa: F821
+            c_EVP_PKEY_free = cython.cast(_free_fn, cython.cast(cython.size_t, found["EVP_PKEY_free"]))  # noqa: F821
 
-    def release(self, ssl: object, ctrl: int) -> bool:
-        """Free the key behind ``ctrl`` on the connection ``ssl`` (pyOpenSSL's ``SSL *``); True when one was
-        freed. Per handshake, so through pyOpenSSL's compiled ffi: the ABI-mode one's ``new`` and ``cast`` are
-        Python wrappers, and cffi's pointer types are one object in both (a ``void *`` of either fits)."""
-        key = _ffi.new("void **")
-        if self.ctrl(ssl, ctrl, 0, key) != 1 or key[0] == _ffi.NULL:
+    def release(self, ssl: int, ctrl: int) -> bool:
+        """Free the key behind ``ctrl`` on the connection whose ``SSL *`` is at ``ssl``; True when one was
+        freed (the connection's reference, as ``ssl3_free`` would; the field is cleared first)."""
+        key = self._key(ssl, ctrl)
+        if not key:
             return False
-        pointer = key[0]
         try:
             slot = self.slots.get(ctrl, -1)
-            address = int(_ffi.cast("uintptr_t", ssl))
             if slot == -1:
-                slot = self.slots[ctrl] = self._find(address, int(_ffi.cast("uintptr_t", pointer)), ctrl)
-            if slot is None:
-                return False
-            field = _ffi.cast("void **", address + slot)
-            if field[0] != pointer:
-                return False  # not where it was proven: leave it
-            field[0] = _ffi.NULL
-            self.free(pointer)  # the connection's reference (ssl3_free's EVP_PKEY_free)
+                slot = self.slots[ctrl] = self._find(ssl, key, ctrl)
+            if slot is None or not _take_word(ssl + slot, key):
+                return False  # not provable, or not where it was proven: leave it
+            self._free(key)
             return True
         finally:
-            self.free(pointer)  # the reference SSL_ctrl gave us
+            self._free(key)  # the reference SSL_ctrl gave us
+
+    def _key(self, ssl: int, ctrl: int) -> int:
+        """The key's address (SSL_ctrl takes a reference), 0 when the connection has none."""
+        if cython.compiled:
+            key = cython.declare(cython.p_void, cython.NULL)
+            got = c_SSL_ctrl(cython.cast(cython.p_void, ssl), ctrl, 0, cython.address(key))
+            return cython.cast(cython.size_t, key) if got == 1 else 0
+        # pyOpenSSL's compiled ffi: the ABI-mode one's ``new`` and ``cast`` are Python wrappers
+        out = _ffi.new("void **")
+        if self.ctrl(_ffi.cast("void *", ssl), ctrl, 0, out) != 1:
+            return 0
+        return int(_ffi.cast("uintptr_t", out[0]))
+
+    def _free(self, key: int) -> None:
+        if cython.compiled:
+            c_EVP_PKEY_free(cython.cast(cython.p_void, key))
+        else:
+            self.free(_ffi.cast("void *", key))
 
     @staticmethod
     def _find(ssl: int, pointer: int, ctrl: int) -> int | None:
@@ -597,6 +628,21 @@ class _KeyShares:
         return hits[0]
 
 
+def _take_word(address: int, expected: int) -> bool:
+    """Clear the pointer-sized word at ``address`` if it holds ``expected``; whether it did."""
+    if cython.compiled:
+        field = cython.cast(cython.pp_void, address)
+        if field[0] != cython.cast(cython.p_void, expected):
+            return False
+        field[0] = cython.NULL
+        return True
+    field = _ffi.cast("uintptr_t *", address)
+    if field[0] != expected:
+        return False
+    field[0] = 0
+    return True
+
+
 @functools.cache
 def _key_shares() -> _KeyShares:
     return _KeyShares()
@@ -604,7 +650,12 @@ def _key_shares() -> _KeyShares:
 
 def release_key_shares(ssl: object) -> int:
     """After a completed handshake: free the peer's key share and our ephemeral key (see above); how many were
-    freed (0 when the layout could not be proven, or a resumption without key exchange had none)."""
+    freed (0 when the layout could not be proven, or a resumption without key exchange had none). ``ssl``:
+    a cffi ``SSL *`` (``RecordIO._ssl``)."""
+    return _release_key_shares_at(_c_address(ssl))
+
+
+def _release_key_shares_at(ssl: int) -> int:
     shares = _key_shares()
     if not shares.usable:
         return 0
@@ -654,17 +705,36 @@ def _use_private_key(ctx: SSL.Context, key: crypto.PKey) -> None:
 # -- builders ------------------------------------------------------------------------------------------
 
 
+_SERVERNAME_CB = "int (*)(SSL *, int *, void *)"
+_CTRL_SET_TLSEXT_SERVERNAME_ARG = 54  # SSL_CTX_set_tlsext_servername_arg is a macro over SSL_CTX_ctrl
+
+
+@functools.cache
+def _ctx_ctrl() -> Callable[[object, int, int, int], int] | None:
+    """``SSL_CTX_ctrl`` of the bundled OpenSSL (not in pyOpenSSL's bindings; its last argument an address), or
+    None: then the servername callback stays a cffi one."""
+    found = openssl_private.resolve(("SSL_CTX_ctrl",))
+    if found is None:
+        return None
+    return openssl_private.function(found["SSL_CTX_ctrl"], "long (*)(void *, int, long, uintptr_t)")
+
+
 class FrontContext(SSL.Context):
     """The front server context (``SNIContexts.front``), whose servername callback picks each connection's
     certificate. It owns that C callback, as pyOpenSSL's own setters make a context own its callbacks: the
     callback lives exactly as long as the context that calls it (a caller may keep the context alone)."""
 
     servername_callback: object = None
+    servername_arg: object = None
 
-    def install_servername_callback(self, callback: object) -> None:
-        """Install ``callback``, a cffi callback ``int (*)(SSL *, int *, void *)``, and keep it alive."""
+    def install_servername_callback(self, callback: object, arg: object = None) -> None:
+        """Install ``callback`` (``_SERVERNAME_CB``: a cffi callback, or a C function cast to that type) and keep
+        it alive; ``arg``, the C function's argument (OpenSSL hands it the object's address), lives as long."""
         self.servername_callback = callback
+        self.servername_arg = arg
         _lib.SSL_CTX_set_tlsext_servername_callback(self._context, callback)
+        if arg is not None:
+            _ctx_ctrl()(openssl_private.pointer(self._context), _CTRL_SET_TLSEXT_SERVERNAME_ARG, 0, id(arg))
 
 
 def _tls13_context(
@@ -854,10 +924,13 @@ class SNIContexts:
         self.select_errors = 0
         self._last_error = ""
         self.front = server_context(context_class=FrontContext, **self._opts)  # type: ignore[arg-type]
-        # error=0 (SSL_TLSEXT_ERR_OK) if an exception ever escaped _on_servername (it catches them)
-        self.front.install_servername_callback(  # type: ignore[attr-defined]
-            _ffi.callback("int (*)(SSL *, int *, void *)", self._on_servername, error=0)
-        )
+        if cython.compiled and _ctx_ctrl() is not None:  # OpenSSL calls the C function, this object its argument
+            address = cython.cast(cython.size_t, cython.cast(cython.p_void, _c_on_servername))
+            self.front.install_servername_callback(_ffi.cast(_SERVERNAME_CB, address), self)  # type: ignore[attr-defined]
+        else:  # error=0 (SSL_TLSEXT_ERR_OK) if an exception ever escaped _on_servername (it catches them)
+            self.front.install_servername_callback(  # type: ignore[attr-defined]
+                _ffi.callback(_SERVERNAME_CB, self._on_servername, error=0)
+            )
         if tickets is not None:
             tickets.install(self.front)  # tickets are sealed with the front (session) context's keys
 
@@ -871,21 +944,42 @@ class SNIContexts:
             self.contexts_built += 1
         return ctx
 
-    def _on_servername(self, ssl: object, _alert: object, _arg: object) -> int:
-        # Failures are caught here instead of letting cffi print a traceback per handshake: the connection
-        # keeps the certificate-less front context and its handshake fails (and is counted).
+    def choose(self, name: bytes | None) -> SSL.Context | None:
+        """The context for a ClientHello's server name: its certificate's, else the bootstrap certificate's;
+        counted. None when selection failed (counted, logged once per distinct failure): the connection keeps
+        the certificate-less front context and its handshake fails (and is counted)."""
         try:
-            name = _lib.SSL_get_servername(ssl, _HOST_NAME)
-            cert = self.store.lookup(None if name == _ffi.NULL else _ffi.string(name))
+            cert = self.store.lookup(name)
             if cert is None:
                 cert = self.store.bootstrap()
                 self.selected_bootstrap += 1
             else:
                 self.selected_store += 1
-            _lib.SSL_set_SSL_CTX(ssl, self.context_for(cert)._context)
-        except Exception as exc:
+            return self.context_for(cert)
+        except Exception as exc:  # caught here, not by cffi or Cython printing a traceback per handshake
             self.select_errors += 1
             if str(exc) != self._last_error:  # once per distinct failure, not once per handshake
                 self._last_error = str(exc)
                 log.exception("TLS: certificate selection failed")
+            return None
+
+    def _on_servername(self, ssl: object, _alert: object, _arg: object) -> int:
+        """The pure build's servername callback (cffi); the compiled build's is ``_c_on_servername``."""
+        name = _lib.SSL_get_servername(ssl, _HOST_NAME)
+        ctx = self.choose(None if name == _ffi.NULL else _ffi.string(name))
+        if ctx is not None:
+            _lib.SSL_set_SSL_CTX(ssl, ctx._context)
         return 0  # SSL_TLSEXT_ERR_OK: go on, whatever was selected
+
+
+def _c_on_servername(ssl: object, _alert: object, arg: object) -> int:
+    """The compiled build's servername callback (``tls.pxd``): OpenSSL calls it with the ``SNIContexts`` as its
+    argument (its ``FrontContext`` keeps that object alive) and it swaps the connection's context in C."""
+    name = c_SSL_get_servername(ssl, _HOST_NAME)
+    host = None
+    if name != cython.NULL:
+        host = name  # the C string as bytes
+    ctx = cython.cast(object, arg).choose(host)
+    if ctx is not None:
+        c_SSL_set_SSL_CTX(ssl, cython.cast(cython.p_void, _c_address(ctx._context)))
+    return 0  # SSL_TLSEXT_ERR_OK: go on, whatever was selected
