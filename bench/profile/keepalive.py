@@ -2,17 +2,19 @@
 
     .venv/bin/python -m bench.profile.keepalive [--requests 20000] [--rounds 5] [--plain | --h2 M [--pool N]]
     .venv/bin/python -m bench.profile.keepalive --connections full|resumed --requests 300   # per connection
+    .venv/bin/python -m bench.profile.keepalive --connections resumed --door ...   # + accept, peek, door
     SENTIN8_PURE=1 .venv/bin/python -m bench.profile.keepalive ...      the same, on the .py files
 
 The worker's path of a request, on loopback sockets: the PQ TLS layer (``workers.tls_layer``, ML-DSA-65 and
-X25519MLKEM768; ``--plain``: the h1 bridge on plain TCP; ``--h2 M``: the h2 bridge on plain TCP, prior
-knowledge, ``M`` concurrent streams as ``h2load -m M``), the h1 bridge, admission, the exchange and its
-relay, the pooled upstream connection, and the worker's own ``L7Context`` (``worker_context``: backend
-selection over shared suspect marks and breakers, the edge policy, the per-request accounting into real
-``WorkerCounters``). The proxy runs alone in this process on uvloop; the client (pyOpenSSL on a blocking
-socket, one connection, sequential GETs) and the backend (a blocking socket answering a fixed 200) are forked
-children, so the figure is the proxy process's CPU time per request (user + system: the kernel time of its
-sends and receives included; the same syscalls in both builds). No peers, no root.
+X25519MLKEM768; ``--plain``: the h1 bridge on plain TCP; ``--h2 M``: the h2 bridge on plain TCP, prior knowledge,
+``M`` concurrent streams as ``h2load -m M``; ``--door``: connections enter as in a worker, through its accept
+loop, the ClientHello peek, the ``Door`` and ``TLSEntry``, not ``loop.create_server``), the h1 bridge, admission,
+the exchange and its relay, the pooled upstream connection, and the worker's own ``L7Context``
+(``worker_context``: backend selection over shared suspect marks and breakers, the edge policy, the per-request
+accounting into real ``WorkerCounters``). The proxy runs alone in this process on uvloop; the client (pyOpenSSL
+on a blocking socket, one connection, sequential GETs) and the backend (a blocking socket answering a fixed 200)
+are forked children, so the figure is the proxy process's CPU time per request (user + system: the kernel time of
+its sends and receives included; the same syscalls in both builds). No peers, no root.
 Prints the build, then the median and the best CPU-µs per request over ``--rounds``, and the user-space
 part alone (the kernel's loopback work, done in the sender's context, is most of the rest and most of the
 noise on a shared machine; ``valgrind --tool=callgrind --trace-children=no`` on this command counts the
@@ -43,15 +45,23 @@ from bench.profile.inproc import cpu_marks, report
 from sentin8 import certpair, routing, tls
 from sentin8.certpair import FULLCHAIN, PRIVKEY
 from sentin8.certstore import CertStore
-from sentin8.config import Config, Limits, Upstream
+from sentin8.config import Config, Limits, Network, Upstream
+from sentin8.holds import OpenConnections
 from sentin8.http.h2_engine import ClientConnection
+from sentin8.netclass import Classifier
 from sentin8.routing import Instance, Route
 from sentin8.session_tickets import TicketSealer
 from sentin8.shm.state import SharedState
+from workers.door import Door
+from workers.l4_pipe import PipePool
 from workers.l7 import L7Bridge
 from workers.l7.h2.connection import H2Bridge
 from workers.l7_context import WorkerL7Context
+from workers.listener import HTTPS, Acceptor, bind_reuseport
+from workers.poll_set import PollSet
+from workers.socket_linger import SocketLinger
 from workers.timer_queue import TimerQueue
+from workers.tls_entry import Bridges, TLSEntry
 from workers.tls_layer import TLSServerProtocol
 from workers.worker import worker_backends, worker_policy
 
@@ -138,7 +148,7 @@ class Proxy:
     """The proxy in this process's main thread; the backend and the client are child processes, so this
     process's CPU time (``time.process_time``, user + system) is the proxy's alone."""
 
-    def __init__(self, plain: bool, backend_port: int, h2: int = 0, pool: int = 0) -> None:
+    def __init__(self, plain: bool, backend_port: int, h2: int = 0, pool: int = 0, door: bool = False) -> None:
         self.loop = uvloop.new_event_loop()
         asyncio.set_event_loop(self.loop)
         cfg = Config()
@@ -147,6 +157,10 @@ class Proxy:
         self.work = Path(tempfile.mkdtemp(prefix="sentin8-profile-"))
         self.sni = None if plain else worker_front(shared, self.work)
         front = None if self.sni is None else self.sni.front
+        if door:
+            assert front is not None, "--door takes TLS connections"
+            self.port = self._door(shared, front)
+            return
         timers = TimerQueue(self.loop)  # the handshakes' deadlines on one loop timer, as workers.tls_entry has them
 
         def factory() -> asyncio.Protocol:
@@ -160,6 +174,32 @@ class Proxy:
 
         self.server = self.loop.run_until_complete(self.loop.create_server(factory, "127.0.0.1", 0))
         self.port = self.server.sockets[0].getsockname()[1]
+
+    def _door(self, shared: SharedState, front: SSL.Context) -> int:
+        """The worker's way in (``workers.worker``): its accept loop on a TCP_DEFER_ACCEPT listener, the
+        ``Door`` (peek, class, cap; 127.0.0.1 counts as external here) and ``TLSEntry``. Returns the port."""
+        cfg = Config(network=Network(internal_cidrs=["10.0.0.0/8"]))
+        counters = self.ctx.counters
+        entry = TLSEntry(self.loop, counters, self.ctx, front, cfg.limits.handshake_timeout_s, Bridges())
+        door = Door(
+            self.loop,
+            cfg,
+            counters,
+            worker_backends(cfg, shared, counters),
+            shared.connection_counts(0),
+            PollSet(self.loop),
+            PipePool(),
+            SocketLinger(self.loop),
+            entry.serve,
+            0,
+            Classifier(cfg.network.internal_cidrs),
+        )
+        listener = bind_reuseport("127.0.0.1:0", "listen.https", defer_accept_s=1)
+        Acceptor(self.loop, counters, OpenConnections(counters), door.enter, self._no_http, 0).watch(listener, HTTPS)
+        return listener.getsockname()[1]
+
+    def _no_http(self, *args: object) -> None:
+        raise AssertionError("the profile has no :80 listener")
 
     def measure(self, control: socket.socket) -> list[tuple[float, float]]:
         """CPU times at each of the client's round markers, until it says ``q``."""
@@ -312,6 +352,11 @@ def main() -> int:
         default="",
         help="a new PQ TLS connection per GET (full handshakes, or resuming the previous ticket)",
     )
+    ap.add_argument(
+        "--door",
+        action="store_true",
+        help="TLS connections enter through the worker's accept loop, peek and Door (with --connections)",
+    )
     ap.add_argument("--role", default="proxy", help=argparse.SUPPRESS)
     ap.add_argument("--fd", type=int, default=-1, help=argparse.SUPPRESS)
     ap.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
@@ -327,7 +372,7 @@ def main() -> int:
     if a.h2:
         a.plain = True
         a.requests -= a.requests % a.h2  # whole batches: the figure is per request answered
-    proxy = Proxy(a.plain, srv.getsockname()[1], h2=a.h2, pool=a.pool)
+    proxy = Proxy(a.plain, srv.getsockname()[1], h2=a.h2, pool=a.pool, door=a.door)
     srv.close()
     mine, theirs = socket.socketpair()
     extra = (["--plain"] if a.plain else []) + (["--h2", str(a.h2)] if a.h2 else [])
