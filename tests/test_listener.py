@@ -145,3 +145,43 @@ def test_a_closed_listener_raises_the_stdlibs_oserror():
     with pytest.raises(OSError) as failed:
         listener.accept()
     assert failed.value.errno == errno.EBADF
+
+
+def test_uvloop_takes_an_accepted_socket_and_closes_its_descriptor_once():
+    """uvloop's ``connect_accepted_socket`` reads the socket's family and type (plain ints here, equal to the
+    enums), owns the descriptor from then on, and detaches the socket object when the transport closes: the
+    descriptor is closed once, by libuv, and the object's own close is then a no-op."""
+    import asyncio
+
+    import uvloop
+
+    listener = _listener("127.0.0.1:0")
+    try:
+        with socket.create_connection(listener.getsockname()) as client:
+            conn, _ = _queued(listener, client)
+            assert conn.family == socket.AF_INET and type(conn.family) is int
+            assert conn.type == socket.SOCK_STREAM and type(conn.type) is int
+
+            async def hand_over() -> bytes:
+                loop = asyncio.get_running_loop()
+                got: asyncio.Future[bytes] = loop.create_future()
+
+                class Echo(asyncio.Protocol):
+                    def data_received(self, data: bytes) -> None:
+                        got.set_result(data)
+
+                transport, _ = await loop.connect_accepted_socket(Echo, sock=conn)
+                client.sendall(b"ping")
+                data = await asyncio.wait_for(got, 5)
+                transport.close()  # libuv closes the descriptor here, and uvloop detaches the object
+                return data
+
+            fd = conn.fileno()
+            assert uvloop.run(hand_over()) == b"ping"
+            assert conn.fileno() == -1  # detached: the object no longer names the descriptor
+            with pytest.raises(OSError) as closed:
+                os.fstat(fd)
+            assert closed.value.errno == errno.EBADF
+            assert client.recv(1) == b""  # the peer saw the close
+    finally:
+        listener.close()
