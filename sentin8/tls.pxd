@@ -11,13 +11,20 @@ ctypedef long (*_mem_data_fn)(void *, char **) noexcept nogil  # BIO_get_mem_dat
 ctypedef const char *(*_servername_fn)(void *, int) noexcept nogil  # SSL_get_servername
 ctypedef void *(*_set_ctx_fn)(void *, void *) noexcept nogil  # SSL_set_SSL_CTX
 ctypedef long (*_ctrl_fn)(void *, int, long, void *) noexcept nogil  # SSL_ctrl
-ctypedef void (*_free_fn)(void *) noexcept nogil  # EVP_PKEY_free
+ctypedef void (*_free_fn)(void *) noexcept nogil  # EVP_PKEY_free, X509_free
+ctypedef const char *(*_version_fn)(void *) noexcept nogil  # SSL_get_version
+ctypedef void (*_alpn_fn)(void *, unsigned char **, unsigned int *) noexcept nogil  # SSL_get0_alpn_selected
+ctypedef void *(*_peer_cert_fn)(void *) noexcept nogil  # SSL_get_peer_certificate
 cdef _ssl_fn c_SSL_do_handshake
 cdef _mem_data_fn c_BIO_get_mem_data
 cdef _servername_fn c_SSL_get_servername
 cdef _set_ctx_fn c_SSL_set_SSL_CTX
 cdef _ctrl_fn c_SSL_ctrl
-cdef _free_fn c_EVP_PKEY_free
+cdef _free_fn c_EVP_PKEY_free, c_X509_free
+cdef _version_fn c_SSL_get_version
+cdef _ssl_fn c_SSL_session_reused
+cdef _alpn_fn c_SSL_get0_alpn_selected
+cdef _peer_cert_fn c_SSL_get_peer_certificate
 cdef char c_scratch[65536]  # _SCRATCH bytes (checked at import)
 cdef Py_ssize_t _SCRATCH, _RENEW_ABOVE
 
@@ -53,3 +60,4 @@ cdef class _KeyShares:
 cdef bint _take_word(size_t address, size_t expected)
 cpdef Py_ssize_t _release_key_shares_at(size_t ssl) except -1
 cdef int _c_on_servername(void *ssl, int *alert, void *arg) noexcept with gil
+cdef void *_ssl_pointer(object conn) except NULL

@@ -191,6 +191,8 @@ def release_idle_buffers(ctx: SSL.Context) -> None:
 
 def session_reused(conn: SSL.Connection) -> bool:
     """Whether the handshake resumed a session (a ticket) instead of running a full one."""
+    if cython.compiled:
+        return c_SSL_session_reused(_ssl_pointer(conn)) != 0
     return bool(SSL._lib.SSL_session_reused(conn._ssl))
 
 
@@ -202,13 +204,27 @@ def session_reused(conn: SSL.Connection) -> bool:
 
 def servername(conn: SSL.Connection) -> bytes | None:
     """The SNI host name the client sent (``get_servername``), None without one."""
+    if cython.compiled:
+        c_name = c_SSL_get_servername(_ssl_pointer(conn), _HOST_NAME)
+        if c_name == cython.NULL:
+            return None
+        return c_name  # the C string as bytes
     name = _lib.SSL_get_servername(conn._ssl, _HOST_NAME)
     return None if name == _ffi.NULL else _ffi.string(name)
 
 
 def protocol_version(conn: SSL.Connection) -> str:
     """``"TLSv1.3"`` and the like (``get_protocol_version_name``)."""
+    if cython.compiled:
+        return c_SSL_get_version(_ssl_pointer(conn)).decode("ascii")
     return _ffi.string(_lib.SSL_get_version(conn._ssl)).decode("ascii")
+
+
+def _ssl_pointer(conn: object) -> int:
+    """Compiled only: the ``SSL *`` of a ``RecordIO`` (its C field) or of a pyOpenSSL ``Connection``."""
+    if type(conn) is RecordIO:
+        return cython.cast(RecordIO, conn)._c_ssl
+    return cython.cast(cython.p_void, _c_address(conn._ssl))  # type: ignore[attr-defined]
 
 
 def group_name(conn: SSL.Connection | RecordIO) -> str | None:
@@ -228,6 +244,11 @@ def cipher_name(conn: SSL.Connection | RecordIO) -> str | None:
 
 def peer_certificate_der(conn: SSL.Connection | RecordIO) -> bytes | None:
     """The certificate the peer presented, DER; None without one."""
+    if cython.compiled:  # most clients present none: answered in C
+        c_cert = c_SSL_get_peer_certificate(_ssl_pointer(conn))
+        if c_cert == cython.NULL:
+            return None
+        c_X509_free(c_cert)  # a reference; the one below is converted
     cert = _lib.SSL_get_peer_certificate(conn._ssl)
     if cert == _ffi.NULL:
         return None
@@ -247,6 +268,13 @@ def peer_certificate_der(conn: SSL.Connection | RecordIO) -> bytes | None:
 
 def alpn_selected(conn: SSL.Connection) -> bytes | None:
     """The protocol ALPN chose (``get_alpn_proto_negotiated``), None without ALPN."""
+    if cython.compiled:
+        c_data = cython.declare(cython.p_uchar, cython.NULL)
+        c_size = cython.declare(cython.uint, 0)
+        c_SSL_get0_alpn_selected(_ssl_pointer(conn), cython.address(c_data), cython.address(c_size))
+        if not c_size:
+            return None
+        return cython.cast(cython.p_char, c_data)[:c_size]
     data = _ffi.new("unsigned char **")
     size = _ffi.new("unsigned int *")
     _lib.SSL_get0_alpn_selected(conn._ssl, data, size)
@@ -510,6 +538,12 @@ if cython.compiled:
     c_BIO_get_mem_data = cython.cast(_mem_data_fn, _c_address(_BIO_get_mem_data))  # noqa: F821
     c_SSL_get_servername = cython.cast(_servername_fn, _c_address(_lib.SSL_get_servername))  # noqa: F821
     c_SSL_set_SSL_CTX = cython.cast(_set_ctx_fn, _c_address(_lib.SSL_set_SSL_CTX))  # noqa: F821
+    # what each new connection's bridge asks of it (servername, protocol_version, alpn_selected, ...)
+    c_SSL_get_version = cython.cast(_version_fn, _c_address(_lib.SSL_get_version))  # noqa: F821
+    c_SSL_session_reused = cython.cast(_ssl_fn, _c_address(_lib.SSL_session_reused))  # noqa: F821
+    c_SSL_get0_alpn_selected = cython.cast(_alpn_fn, _c_address(_lib.SSL_get0_alpn_selected))  # noqa: F821
+    c_SSL_get_peer_certificate = cython.cast(_peer_cert_fn, _c_address(_lib.SSL_get_peer_certificate))  # noqa: F821
+    c_X509_free = cython.cast(_free_fn, _c_address(_lib.X509_free))  # noqa: F821
 
 
 def _raise_ssl_error(ssl: object, result: int) -> None:

@@ -641,8 +641,9 @@ def _in_memory_handshake(server: SSL.Connection, client: SSL.Connection) -> None
 def test_direct_accessors_answer_as_pyopenssls_getters(
     store: CertStore, sni: str | None, offered: list[bytes] | None
 ) -> None:
-    # tls.servername / protocol_version / peer_certificate_der / alpn_selected read the SSL object through cffi
-    # (pyOpenSSL's getters are interpreted Python, several per connection): the same answers, before and after
+    # tls.servername / protocol_version / peer_certificate_der / alpn_selected read the SSL object through cffi,
+    # or C pointers when compiled (pyOpenSSL's getters are interpreted Python, several per connection): the same
+    # answers, before and after, from a pyOpenSSL Connection here (a RecordIO below)
     put_cert(Path(store.cert_dir), "shop.example.test", ["shop.example.test"])
     server = SSL.Connection(tls.SNIContexts(store, protocols=tls.H2_PROTOCOLS).front, None)
     server.set_accept_state()
