@@ -61,3 +61,5 @@ cdef bint _take_word(size_t address, size_t expected)
 cpdef Py_ssize_t _release_key_shares_at(size_t ssl) except -1
 cdef int _c_on_servername(void *ssl, int *alert, void *arg) noexcept with gil
 cdef void *_ssl_pointer(object conn) except NULL
+cdef int _c_on_alpn(void *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *wire,
+                    unsigned int wire_len, void *arg) noexcept with gil

@@ -108,39 +108,65 @@ def _offered_protocols(wire: bytes) -> dict[bytes, int]:
     return offered
 
 
+def _alpn_choice(wire: bytes, served: tuple[bytes, ...]) -> tuple[int, int] | None:
+    """ALPN selection for every server context: the first of the context's protocols (``served``) that the
+    client offered (``wire``, its list), as (offset in ``wire``, length): OpenSSL is pointed at the client's own
+    copy and copies it at once. None in common: the handshake ends with the ``no_application_protocol`` alert
+    and OpenSSL's error "no application protocol" (RFC 7301 §3.2), where "no overlap" (NOACK) would only skip
+    ALPN."""
+    offered = _offered_protocols(wire)
+    chosen = select_protocol(offered, served)
+    return None if chosen is None else (offered[chosen], len(chosen))
+
+
 def _on_alpn(_ssl: object, out: object, outlen: object, wire: object, wire_len: int, arg: object) -> int:
-    """OpenSSL's ALPN selection for every server context (``SSL_CTX_set_alpn_select_cb``): the first of the
-    context's protocols (``arg``) that the client offered, pointed at inside the client's list (OpenSSL copies
-    it at once). None in common: the handshake ends with the ``no_application_protocol`` alert and OpenSSL's
-    error "no application protocol" (RFC 7301 §3.2), where "no overlap" (NOACK) would only skip ALPN."""
-    offered = _offered_protocols(_ffi.buffer(wire, wire_len)[:])
-    chosen = select_protocol(offered, _ffi.from_handle(arg))
-    if chosen is None:
+    """The pure build's ALPN callback (cffi; ``arg`` a handle of the served tuple)."""
+    choice = _alpn_choice(_ffi.buffer(wire, wire_len)[:], _ffi.from_handle(arg))
+    if choice is None:
         return _ALPN_FATAL
-    out[0] = wire + offered[chosen]  # type: ignore[index,operator]
-    outlen[0] = len(chosen)  # type: ignore[index]
+    out[0] = wire + choice[0]  # type: ignore[index,operator]
+    outlen[0] = choice[1]  # type: ignore[index]
+    return _ALPN_OK
+
+
+def _c_on_alpn(ssl: object, out: object, outlen: object, wire: object, wire_len: int, arg: object) -> int:
+    """The compiled build's ALPN callback (``tls.pxd``): OpenSSL calls it with the served tuple's address as
+    its argument (``_alpn_lists`` keeps the tuple as long as the process)."""
+    try:
+        choice = _alpn_choice(cython.cast(cython.p_const_char, wire)[:wire_len], cython.cast(object, arg))
+    except Exception:  # refuse rather than guess (the cffi callback's error value)
+        log.exception("TLS: ALPN selection failed")
+        return _ALPN_FATAL
+    if choice is None:
+        return _ALPN_FATAL
+    offset = cython.declare(cython.Py_ssize_t, choice[0])
+    size = cython.declare(cython.uchar, choice[1])
+    out[0] = wire + offset
+    outlen[0] = size
     return _ALPN_OK
 
 
 _ALPN_OK = SSL._lib.SSL_TLSEXT_ERR_OK
 _ALPN_FATAL = SSL._lib.SSL_TLSEXT_ERR_ALERT_FATAL
-# One C callback for the process, whatever the context: the served list is its argument (a handle per
-# distinct list, kept as long as the process), so no context's callback dies with its Python object.
-_ALPN_CALLBACK = SSL._ffi.callback(
-    "int (*)(SSL *, unsigned char **, unsigned char *, const unsigned char *, unsigned int, void *)",
-    _on_alpn,
-    error=_ALPN_FATAL,  # an exception in the callback: refuse rather than guess
-)
+_ALPN_CB = "int (*)(SSL *, unsigned char **, unsigned char *, const unsigned char *, unsigned int, void *)"
+# One C callback for the process, whatever the context: the served list is its argument (one per distinct
+# list, kept as long as the process), so no context's callback dies with its Python object. Compiled, OpenSSL
+# calls the C function itself and its argument is the tuple's address; pure, a cffi callback and a handle.
+if cython.compiled:
+    _ALPN_CALLBACK = SSL._ffi.cast(_ALPN_CB, cython.cast(cython.size_t, cython.cast(cython.p_void, _c_on_alpn)))
+else:  # an exception in the callback: refuse rather than guess
+    _ALPN_CALLBACK = SSL._ffi.callback(_ALPN_CB, _on_alpn, error=_ALPN_FATAL)
 _alpn_lists: dict[tuple[bytes, ...], object] = {}
 
 
 def select_alpn(ctx: SSL.Context, protocols: Sequence[bytes]) -> None:
     """Make ``ctx`` choose from ``protocols`` (its order of preference) by ALPN."""
     served = tuple(protocols)
-    handle = _alpn_lists.get(served)
-    if handle is None:
-        handle = _alpn_lists[served] = SSL._ffi.new_handle(served)
-    SSL._lib.SSL_CTX_set_alpn_select_cb(ctx._context, _ALPN_CALLBACK, handle)
+    arg = _alpn_lists.get(served)
+    if arg is None:  # the key keeps the tuple alive as long as the process: compiled, its address is the argument
+        ffi = SSL._ffi
+        arg = _alpn_lists[served] = ffi.cast("void *", id(served)) if cython.compiled else ffi.new_handle(served)
+    SSL._lib.SSL_CTX_set_alpn_select_cb(ctx._context, _ALPN_CALLBACK, arg)
 
 
 # -- the calls pyOpenSSL has no public API for ---------------------------------------------------------
