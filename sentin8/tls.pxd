@@ -14,13 +14,21 @@ ctypedef long (*_ctrl_fn)(void *, int, long, void *) noexcept nogil  # SSL_ctrl
 ctypedef void (*_free_fn)(void *) noexcept nogil  # EVP_PKEY_free, X509_free
 ctypedef const char *(*_version_fn)(void *) noexcept nogil  # SSL_get_version
 ctypedef void (*_alpn_fn)(void *, unsigned char **, unsigned int *) noexcept nogil  # SSL_get0_alpn_selected
-ctypedef void *(*_peer_cert_fn)(void *) noexcept nogil  # SSL_get_peer_certificate
+ctypedef void *(*_peer_cert_fn)(void *) noexcept nogil  # SSL_get_peer_certificate, SSL_new, BIO_new
+ctypedef int (*_bio_free_fn)(void *) noexcept nogil  # BIO_free
+ctypedef void (*_set_bio_fn)(void *, void *, void *) noexcept nogil  # SSL_set_bio
+ctypedef long (*_set_mode_fn)(void *, long) noexcept nogil  # SSL_set_mode (cffi's wrapper of the macro)
 cdef _ssl_fn c_SSL_do_handshake
 cdef _mem_data_fn c_BIO_get_mem_data
 cdef _servername_fn c_SSL_get_servername
 cdef _set_ctx_fn c_SSL_set_SSL_CTX
 cdef _ctrl_fn c_SSL_ctrl
-cdef _free_fn c_EVP_PKEY_free, c_X509_free
+cdef _free_fn c_EVP_PKEY_free, c_X509_free, c_SSL_free, c_SSL_set_accept_state
+cdef _peer_cert_fn c_SSL_new, c_BIO_new
+cdef _bio_free_fn c_BIO_free
+cdef _set_bio_fn c_SSL_set_bio
+cdef _set_mode_fn c_SSL_set_mode
+cdef void *c_mem_method
 cdef _version_fn c_SSL_get_version
 cdef _ssl_fn c_SSL_session_reused
 cdef _alpn_fn c_SSL_get0_alpn_selected
@@ -63,3 +71,4 @@ cdef int _c_on_servername(void *ssl, int *alert, void *arg) noexcept with gil
 cdef void *_ssl_pointer(object conn) except NULL
 cdef int _c_on_alpn(void *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *wire,
                     unsigned int wire_len, void *arg) noexcept with gil
+cdef RecordIO _accepting_c(type cls, object context)

@@ -19,11 +19,15 @@ that one is interpreted Python per connection (its constructor, a weak-reference
 its callbacks, the servername and ALPN callback wrappers, the error check after every handshake step; ~38k
 instructions per resumed connection, callgrind). So the server contexts' callbacks are C callbacks that need
 no Python connection object, and none dies with a per-certificate context's Python object, which an SSL object
-may outlive (it keeps the ``SSL_CTX`` itself: OpenSSL counts the reference): ALPN's (``_on_alpn``) lives as
-long as the process, the servername callback as long as the front context that owns it (``FrontContext``; the
-TLS layer of every connection holds that context), the ticket callback as long as its ``TicketSealer``. The
-client side (upstream TLS, the probe) keeps pyOpenSSL's ``Connection``: sessions to resume, verification
-settings, few connections.
+may outlive (it keeps the ``SSL_CTX`` itself: OpenSSL counts the reference): ALPN's lives as long as the
+process, the servername callback as long as the front context that owns it (``FrontContext``; the TLS layer of
+every connection holds that context), the ticket callback as long as its ``TicketSealer``. Compiled, they are C
+functions OpenSSL calls directly (``_c_on_servername``, ``_c_on_alpn``, ``session_tickets._c_on_ticket``),
+with the GIL already held (``RecordIO.handshake`` calls ``SSL_do_handshake`` through a C pointer) and OpenSSL
+reached through C pointers; their argument is what the cffi callback's closure held (the ``SNIContexts``, the
+served tuple; the sealer is the context's ex_data). Pure, they are cffi callbacks over the same rule
+(``SNIContexts.choose``, ``_alpn_choice``, ``TicketSealer._on_ticket``). The client side (upstream TLS, the
+probe) keeps pyOpenSSL's ``Connection``: sessions to resume, verification settings, few connections.
 """
 
 from __future__ import annotations
@@ -361,6 +365,8 @@ class RecordIO:
         """A new server-side SSL object of ``context`` over two memory BIOs, in accept state, owned by the
         returned RecordIO (freed with it). What pyOpenSSL's ``Connection(context, None)`` and
         ``set_accept_state`` do, AUTO_RETRY included, without their Python."""
+        if cython.compiled:  # the same calls through C pointers: cffi only wraps the three results
+            return _accepting_c(cls, context)
         ssl = _lib.SSL_new(context._context)
         if ssl == _ffi.NULL:
             raise exception_from_error_queue(SSL.Error)
@@ -532,6 +538,35 @@ class RecordIO:
             self._owner._into_ssl = bio
 
 
+def _accepting_c(cls: type[RecordIO], context: SSL.Context) -> RecordIO:
+    """Compiled only: ``accepting``'s calls through C pointers (``tls.pxd``), one per new connection."""
+    c_ssl = c_SSL_new(cython.cast(cython.p_void, _c_address(context._context)))
+    if c_ssl == cython.NULL:
+        raise exception_from_error_queue(SSL.Error)
+    c_into = c_BIO_new(c_mem_method)
+    c_out = c_BIO_new(c_mem_method)
+    if c_into == cython.NULL or c_out == cython.NULL:
+        if c_into != cython.NULL:
+            c_BIO_free(c_into)
+        if c_out != cython.NULL:
+            c_BIO_free(c_out)
+        c_SSL_free(c_ssl)
+        raise MemoryError("BIO_new")
+    c_SSL_set_bio(c_ssl, c_into, c_out)  # the SSL object owns both from here
+    c_SSL_set_mode(c_ssl, _lib.SSL_MODE_AUTO_RETRY)
+    c_SSL_set_accept_state(c_ssl)
+    io = cython.cast(RecordIO, cls.__new__(cls))
+    io._owner = None
+    io._ssl = _ffi.gc(_ffi.cast("SSL *", cython.cast(cython.size_t, c_ssl)), _lib.SSL_free)
+    io._into = _ffi.cast("BIO *", cython.cast(cython.size_t, c_into))
+    io._from = _ffi.cast("BIO *", cython.cast(cython.size_t, c_out))
+    io._fed_big = False
+    io._c_ssl = c_ssl
+    io._c_into = c_into
+    io._c_from = c_out
+    return io
+
+
 _lib = SSL._lib
 _ffi = SSL._ffi
 _WANT_READ = SSL._lib.SSL_ERROR_WANT_READ
@@ -570,6 +605,15 @@ if cython.compiled:
     c_SSL_get0_alpn_selected = cython.cast(_alpn_fn, _c_address(_lib.SSL_get0_alpn_selected))  # noqa: F821
     c_SSL_get_peer_certificate = cython.cast(_peer_cert_fn, _c_address(_lib.SSL_get_peer_certificate))  # noqa: F821
     c_X509_free = cython.cast(_free_fn, _c_address(_lib.X509_free))  # noqa: F821
+    # a new server connection's SSL object and its two memory BIOs (RecordIO.accepting)
+    c_SSL_new = cython.cast(_peer_cert_fn, _c_address(_lib.SSL_new))  # noqa: F821 (void *(*)(void *))
+    c_SSL_free = cython.cast(_free_fn, _c_address(_lib.SSL_free))  # noqa: F821
+    c_BIO_new = cython.cast(_peer_cert_fn, _c_address(_lib.BIO_new))  # noqa: F821
+    c_BIO_free = cython.cast(_bio_free_fn, _c_address(_lib.BIO_free))  # noqa: F821
+    c_mem_method = cython.cast(cython.p_void, _c_address(_lib.BIO_s_mem()))
+    c_SSL_set_bio = cython.cast(_set_bio_fn, _c_address(_lib.SSL_set_bio))  # noqa: F821
+    c_SSL_set_mode = cython.cast(_set_mode_fn, _c_address(_lib.SSL_set_mode))  # noqa: F821
+    c_SSL_set_accept_state = cython.cast(_free_fn, _c_address(_lib.SSL_set_accept_state))  # noqa: F821
 
 
 def _raise_ssl_error(ssl: object, result: int) -> None:
