@@ -16,6 +16,7 @@ any failure returns "no ticket" / "unknown key", which costs a full handshake, n
 from __future__ import annotations
 
 import logging
+import weakref
 
 from OpenSSL import SSL
 
@@ -89,6 +90,8 @@ def _functions() -> _Functions | None:
 
 
 _ex_index = -1  # the process's SSL_CTX ex_data slot for the sealer (the compiled build's callback reads it)
+# each context's sealer, held as long as the context's Python object (the C callback finds it by ex_data)
+_installed: weakref.WeakKeyDictionary[SSL.Context, TicketSealer] = weakref.WeakKeyDictionary()
 
 
 def _bind_c(fns: _Functions) -> int:
@@ -161,8 +164,8 @@ class TicketSealer:
     def install(self, ctx: SSL.Context) -> None:
         """Seal this context's tickets with the ring's keys (the front context is the one OpenSSL uses)."""
         pointer = openssl_private.pointer(ctx._context)
-        # the context names its sealer (ex_data, for the C callback) and keeps it alive (for both builds)
-        ctx._sentin8_ticket_sealer = self  # type: ignore[attr-defined]
+        # the context names its sealer (ex_data, for the C callback), and keeps it alive as long as it lives
+        _installed[ctx] = self
         if self._fns.set_ex_data(pointer, self._ex_index, _ffi.cast("void *", id(self))) != 1:
             raise RuntimeError("SSL_CTX_set_ex_data failed")
         if self._fns.set_cb(pointer, self._callback) != 1:
