@@ -100,6 +100,8 @@ def test_token_matrix(fleet):
                    "bad_signature", "token_in_query", "missing", "scope", "replay"):
         assert refusals.get(reason, 0) >= 1, (reason, refusals)
     assert good not in fleet.output() and good.split(".")[2] not in fleet.output()
+    # each refusal's event line comes through the output pipe after its answer: waited for, not raced
+    wait_until(lambda: len(fleet.events("mgmt_auth_refused")) >= sum(refusals.values()), 5, what="every refusal's line")
     assert len(fleet.events("mgmt_auth_refused")) == sum(refusals.values())
     # counted in shared memory: a respawned mgmt process still reports them
     os.kill(mgmt_pid(fleet), signal.SIGKILL)

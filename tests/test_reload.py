@@ -254,9 +254,13 @@ def test_reload_wait_reports_done_and_refused(fleet_factory, backend_factory):
     refused = run_cli("reload", "--config", fleet.config, "--wait")
     assert refused.returncode == 1
     assert "refused" in refused.stderr and "tls.client_ca_file" in refused.stderr
+    # the CLI hears the outcome on its own channel; the fleet's event line comes through its output pipe, and
+    # may arrive a moment later: waited for, not raced
+    wait_until(lambda: fleet.saw("reload_refused"), 5, what="the reload_refused line")
     assert fleet.events("reload_refused")[-1]["reason"].startswith("tls.client_ca_file:")
     config.write_text(good)
     assert run_cli("reload", "--config", fleet.config, "--wait").returncode == 0
+    wait_until(lambda: len(fleet.events("reload_done")) >= 2, 5, what="the second reload_done line")
     assert [e["seq"] for e in fleet.events("reload_done")] == [1, 3]
 
 
