@@ -68,12 +68,17 @@ class ExternalHost:
         child.close()
 
     def _create(self) -> bool:
+        # The link's /30 is claimed with an explicit ``route add``, which refuses a prefix another host already
+        # routes (an address's automatic prefix route would be appended beside it instead: two hosts that drew
+        # the same /30 would both come up, and one's replies would leave through the other's veth).
+        network = socket.inet_ntoa((int.from_bytes(socket.inet_aton(self.gateway_ip), "big") - 1).to_bytes(4, "big"))
         steps = [
             ("netns", "add", self.ns),
             ("link", "add", self.veth_host, "type", "veth", "peer", "name", self.veth_ns),
             ("link", "set", self.veth_ns, "netns", self.ns),
-            ("addr", "add", f"{self.gateway_ip}/30", "dev", self.veth_host),
+            ("addr", "add", f"{self.gateway_ip}/30", "dev", self.veth_host, "noprefixroute"),
             ("link", "set", self.veth_host, "up"),
+            ("route", "add", f"{network}/30", "dev", self.veth_host, "src", self.gateway_ip),
             ("-n", self.ns, "addr", "add", f"{self.client_ip}/30", "dev", self.veth_ns),
             ("-n", self.ns, "link", "set", self.veth_ns, "up"),
             ("-n", self.ns, "link", "set", "lo", "up"),
