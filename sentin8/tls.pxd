@@ -1,17 +1,17 @@
 # C layout of the per-record OpenSSL calls (Cython pure-Python mode; tls.py stays the source): the TLS layer
 # holds its RecordIO typed (workers/tls_layer.pxd), so each read, write, feed and drain is a C call, and those
 # call OpenSSL through the C pointers below, not through cffi (tls.py, "if cython.compiled").
+from sentin8.key_shares cimport release_at  # once per completed handshake: a C call
 ctypedef int (*_rw_fn)(void *, void *, int) noexcept nogil  # SSL_read, SSL_write, BIO_read, BIO_write
 ctypedef int (*_error_fn)(void *, int) noexcept nogil  # SSL_get_error
 cdef _rw_fn c_SSL_read, c_SSL_write, c_BIO_read, c_BIO_write
 cdef _error_fn c_SSL_get_error
-# once per handshake step or connection: the step itself, its callbacks' calls and the key shares' release
+# once per handshake step or connection: the step itself and its callbacks' calls
 ctypedef int (*_ssl_fn)(void *) noexcept nogil  # SSL_do_handshake
 ctypedef long (*_mem_data_fn)(void *, char **) noexcept nogil  # BIO_get_mem_data
 ctypedef const char *(*_servername_fn)(void *, int) noexcept nogil  # SSL_get_servername
 ctypedef void *(*_set_ctx_fn)(void *, void *) noexcept nogil  # SSL_set_SSL_CTX
-ctypedef long (*_ctrl_fn)(void *, int, long, void *) noexcept nogil  # SSL_ctrl
-ctypedef void (*_free_fn)(void *) noexcept nogil  # EVP_PKEY_free, X509_free
+ctypedef void (*_free_fn)(void *) noexcept nogil  # X509_free, SSL_free
 ctypedef const char *(*_version_fn)(void *) noexcept nogil  # SSL_get_version
 ctypedef void (*_alpn_fn)(void *, unsigned char **, unsigned int *) noexcept nogil  # SSL_get0_alpn_selected
 ctypedef void *(*_peer_cert_fn)(void *) noexcept nogil  # SSL_get_peer_certificate, SSL_new, BIO_new
@@ -22,8 +22,7 @@ cdef _ssl_fn c_SSL_do_handshake
 cdef _mem_data_fn c_BIO_get_mem_data
 cdef _servername_fn c_SSL_get_servername
 cdef _set_ctx_fn c_SSL_set_SSL_CTX
-cdef _ctrl_fn c_SSL_ctrl
-cdef _free_fn c_EVP_PKEY_free, c_X509_free, c_SSL_free, c_SSL_set_accept_state
+cdef _free_fn c_X509_free, c_SSL_free, c_SSL_set_accept_state
 cdef _peer_cert_fn c_SSL_new, c_BIO_new
 cdef _bio_free_fn c_BIO_free
 cdef _set_bio_fn c_SSL_set_bio
@@ -57,16 +56,6 @@ cdef class RecordIO:
 
 cpdef object _scratch()  # twice per request in the pure build: a C call from RecordIO
 
-cdef class _KeyShares:
-    cdef public bint usable
-    cdef public dict slots
-    cdef public object ctrl, free
-    cpdef bint release(self, size_t ssl, int ctrl) except? -1
-    cdef size_t _key(self, size_t ssl, int ctrl) except? 0
-    cdef int _free(self, size_t key) except -1
-
-cdef bint _take_word(size_t address, size_t expected)
-cpdef Py_ssize_t _release_key_shares_at(size_t ssl) except -1
 cdef int _c_on_servername(void *ssl, int *alert, void *arg) noexcept with gil
 cdef void *_ssl_pointer(object conn) except NULL
 cdef int _c_on_alpn(void *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *wire,

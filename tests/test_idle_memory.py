@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from OpenSSL import SSL
 
-from sentin8 import openssl_private, tls
+from sentin8 import key_shares, openssl_private, tls
 from sentin8.certpair import self_signed_mldsa65, write_pair
 from sentin8.certstore import CertStore
 from sentin8.http import nghttp2_private
@@ -71,7 +71,7 @@ def _handshake(
 
 
 def _peer_key(io: tls.RecordIO) -> int | None:
-    shares = tls._key_shares()
+    shares = key_shares.process_shares()
     ffi = openssl_private.ffi
     key = ffi.new("void **")
     if shares.ctrl(openssl_private.pointer(io._ssl), 109, 0, key) != 1 or key[0] == ffi.NULL:
@@ -82,11 +82,11 @@ def _peer_key(io: tls.RecordIO) -> int | None:
 
 def test_the_handshake_key_shares_are_freed_and_the_connection_works_on(front: SSL.Context) -> None:
     c, io = _handshake(front)
-    assert tls._key_shares().usable
-    assert tls._key_shares().slots[109] is not None  # the slot was proven on this build
+    assert key_shares.process_shares().usable
+    assert key_shares.process_shares().slots[109] is not None  # the slot was proven on this build
     assert _peer_key(io) is None  # the client's X25519MLKEM768 share is gone
     assert tls.group_name(io) == c.get_group_name() == "X25519MLKEM768"  # the negotiated group is still known
-    assert tls.release_key_shares(io._ssl) == 0  # nothing left to free: a second call is a no-op
+    assert key_shares.release_at(openssl_private.pointer_of(io._ssl)) == 0  # a second call: nothing left to free
     c.send(b"ping")
     _move(c, io)
     assert io.read() == b"ping"
