@@ -19,7 +19,7 @@ from pathlib import Path
 
 from OpenSSL import SSL
 
-from sentin8 import session_tickets, tls
+from sentin8 import session_tickets, tls, tls_connection
 from sentin8.certpair import self_signed_mldsa65, write_pair
 from sentin8.certstore import CertStore
 from sentin8.ticketkeys import TicketKeyRing
@@ -119,7 +119,7 @@ def resumption_check(front: SSL.Context) -> tuple[bool, str | None, float]:
     _w, _t, first = one_handshake(front, client)
     before = client.tickets
     _w, _t, again = one_handshake(front, client, first.get_session())
-    return tls.session_reused(again), again.get_group_name(), client.tickets - before
+    return tls_connection.session_reused(again), again.get_group_name(), client.tickets - before
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ the first connection that has the key, and every connection's slot is checked to
 is cleared and the key freed. Anything unexpected (a symbol missing, no slot or two) leaves the keys where
 they are, as before, said once in the log.
 
-``tls.RecordIO.handshake`` calls ``release_at`` once its handshake has completed.
+``tls_connection.RecordIO.handshake`` calls ``release_at`` once its handshake has completed.
 """
 
 from __future__ import annotations

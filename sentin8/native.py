@@ -72,6 +72,7 @@ MODULES = (
     "workers.l7.h2.stream",
     # the worker's side of a request: TLS records, the upstream connection, deadlines, the L7 context
     "sentin8.tls",
+    "sentin8.tls_connection",
     "sentin8.key_shares",
     "workers.deadline",
     "workers.l7_context",

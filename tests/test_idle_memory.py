@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from OpenSSL import SSL
 
-from sentin8 import key_shares, openssl_private, tls
+from sentin8 import key_shares, openssl_private, tls, tls_connection
 from sentin8.certpair import self_signed_mldsa65, write_pair
 from sentin8.certstore import CertStore
 from sentin8.http import nghttp2_private
@@ -28,7 +28,7 @@ def front(tmp_path: Path) -> SSL.Context:
     return tls.SNIContexts(CertStore(tmp_path / "certs", tmp_path / "state"), protocols=tls.H2_PROTOCOLS).front
 
 
-def _move(src: SSL.Connection, dst: tls.RecordIO) -> None:
+def _move(src: SSL.Connection, dst: tls_connection.RecordIO) -> None:
     while True:
         try:
             dst.feed(src.bio_read(65536))
@@ -36,7 +36,7 @@ def _move(src: SSL.Connection, dst: tls.RecordIO) -> None:
             return
 
 
-def _recv(c: SSL.Connection, server: tls.RecordIO) -> bytes:
+def _recv(c: SSL.Connection, server: tls_connection.RecordIO) -> bytes:
     c.bio_write(server.drain())
     got = b""
     while True:
@@ -48,10 +48,10 @@ def _recv(c: SSL.Connection, server: tls.RecordIO) -> bytes:
 
 def _handshake(
     front: SSL.Context, session: SSL.Session | None = None, owner: SSL.Connection | None = None
-) -> tuple[SSL.Connection, tls.RecordIO]:
+) -> tuple[SSL.Connection, tls_connection.RecordIO]:
     """A PQ client and a server ``RecordIO`` over memory BIOs, as the worker's TLS layer drives it (or, with
     ``owner``, the records of that pyOpenSSL connection, as the client side's layer runs them)."""
-    io = tls.RecordIO.accepting(front) if owner is None else tls.RecordIO(owner)
+    io = tls_connection.RecordIO.accepting(front) if owner is None else tls_connection.RecordIO(owner)
     c = SSL.Connection(_CLIENT, None)
     c.set_connect_state()
     c.set_tlsext_host_name(SNI.encode())
@@ -70,7 +70,7 @@ def _handshake(
     return c, io
 
 
-def _peer_key(io: tls.RecordIO) -> int | None:
+def _peer_key(io: tls_connection.RecordIO) -> int | None:
     shares = key_shares.process_shares()
     ffi = openssl_private.ffi
     key = ffi.new("void **")
@@ -85,7 +85,7 @@ def test_the_handshake_key_shares_are_freed_and_the_connection_works_on(front: S
     assert key_shares.process_shares().usable
     assert key_shares.process_shares().slots[109] is not None  # the slot was proven on this build
     assert _peer_key(io) is None  # the client's X25519MLKEM768 share is gone
-    assert tls.group_name(io) == c.get_group_name() == "X25519MLKEM768"  # the negotiated group is still known
+    assert tls_connection.group_name(io) == c.get_group_name() == "X25519MLKEM768"  # the group is still known
     assert key_shares.release_at(openssl_private.pointer_of(io._ssl)) == 0  # a second call: nothing left to free
     c.send(b"ping")
     _move(c, io)
@@ -95,7 +95,7 @@ def test_the_handshake_key_shares_are_freed_and_the_connection_works_on(front: S
 
     # a resumption (psk_dhe_ke: a key exchange again) frees its shares the same way, and works
     again, io2 = _handshake(front, c.get_session())
-    assert tls.session_reused(io2)
+    assert tls_connection.session_reused(io2)
     assert _peer_key(io2) is None
     again.send(b"two")
     _move(again, io2)
@@ -135,7 +135,7 @@ def test_the_records_of_a_pyopenssl_connection_keep_its_bio_references_in_step(f
     io.write(b"z" * 6000)  # a drain above the threshold renews the outgoing BIO
     assert _recv(c, io) == b"z" * 6000
     assert s._into_ssl == io._into and s._from_ssl == io._from
-    assert s.get_group_name() == tls.group_name(io) == "X25519MLKEM768"
+    assert s.get_group_name() == tls_connection.group_name(io) == "X25519MLKEM768"
 
 
 def test_records_of_every_buffer_type_and_a_drain_above_the_scratch_buffer(front: SSL.Context) -> None:

@@ -102,21 +102,21 @@ def test_sentin8_pure_runs_pure_even_when_compiled():
 
 
 def test_a_pure_install_without_cython_runs_the_cffi_calls():
-    # sentin8/tls.py and workers/listener.py ask Cython whether they run compiled; a pure wheel installed without
-    # Cython must import them all the same and run RecordIO's per-record calls through cffi, accept through
-    # the stdlib
+    # sentin8/tls_connection.py and workers/listener.py ask Cython whether they run compiled; a pure wheel installed
+    # without Cython must import them all the same and run RecordIO's per-record calls through cffi, accept
+    # through the stdlib
     code = (
         "import sys; sys.modules['cython'] = None\n"  # as if not installed: its import raises ImportError
-        "import sentin8\nfrom sentin8 import tls\nfrom workers import listener\n"
-        "io = tls.RecordIO.accepting(tls.client_context())\n"
+        "import sentin8\nfrom sentin8 import tls, tls_connection\nfrom workers import listener\n"
+        "io = tls_connection.RecordIO.accepting(tls.client_context())\n"
         "door = listener.bind_reuseport('127.0.0.1:0', 'listen.test')\n"
-        "print(sentin8.BUILD, tls.cython.compiled, io.read(), io.drain() == b'', tls.__file__,\n"
+        "print(sentin8.BUILD, tls_connection.cython.compiled, io.read(), io.drain() == b'', tls_connection.__file__,\n"
         "      listener.cython.compiled, door.accept(), listener.__file__)"
     )
     env = {**os.environ, "SENTIN8_PURE": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     build, compiled, read, drained, where, accept_compiled, accepted, accept_where = out.split()
-    assert (build, compiled, read, drained) == ("pure", "False", "None", "True") and where.endswith("tls.py")
+    assert (build, compiled, read, drained) == ("pure", "False", "None", "True") and where.endswith("tls_connection.py")
     assert (accept_compiled, accepted) == ("False", "None") and accept_where.endswith("listener.py")
 
 

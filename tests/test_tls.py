@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import mldsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from OpenSSL import SSL
 
-from sentin8 import tls
+from sentin8 import tls, tls_connection
 from sentin8.certpair import self_signed_mldsa65, write_pair
 from sentin8.certstore import CertStore
 from tests.peers import wait_until
@@ -641,28 +641,29 @@ def _in_memory_handshake(server: SSL.Connection, client: SSL.Connection) -> None
 def test_direct_accessors_answer_as_pyopenssls_getters(
     store: CertStore, sni: str | None, offered: list[bytes] | None
 ) -> None:
-    # tls.servername / protocol_version / peer_certificate_der / alpn_selected read the SSL object through cffi,
-    # or C pointers when compiled (pyOpenSSL's getters are interpreted Python, several per connection): the same
+    # tls_connection.servername / protocol_version / peer_certificate_der / alpn_selected read the SSL object through
+    # cffi, or C pointers when compiled (pyOpenSSL's getters are interpreted Python, several per connection): the same
     # answers, before and after, from a pyOpenSSL Connection here (a RecordIO below)
     put_cert(Path(store.cert_dir), "shop.example.test", ["shop.example.test"])
     server = SSL.Connection(tls.SNIContexts(store, protocols=tls.H2_PROTOCOLS).front, None)
     server.set_accept_state()
     client = _pq_client(sni, offered)
-    assert tls.servername(server) is None and tls.alpn_selected(server) is None
+    assert tls_connection.servername(server) is None and tls_connection.alpn_selected(server) is None
     _in_memory_handshake(server, client)
-    assert tls.servername(server) == server.get_servername() == (sni.encode() if sni else None)
-    assert tls.protocol_version(server) == server.get_protocol_version_name() == "TLSv1.3"
-    assert tls.peer_certificate_der(server) is server.get_peer_certificate() is None
-    assert tls.alpn_selected(server) == (server.get_alpn_proto_negotiated() or None) == (offered or [None])[0]
-    assert tls.group_name(server) == server.get_group_name() == "X25519MLKEM768"
-    assert tls.cipher_name(server) == server.get_cipher_name() is not None
-    served = x509.load_der_x509_certificate(tls.peer_certificate_der(client))  # type: ignore[arg-type]
+    assert tls_connection.servername(server) == server.get_servername() == (sni.encode() if sni else None)
+    assert tls_connection.protocol_version(server) == server.get_protocol_version_name() == "TLSv1.3"
+    assert tls_connection.peer_certificate_der(server) is server.get_peer_certificate() is None
+    expected_alpn = (offered or [None])[0]
+    assert tls_connection.alpn_selected(server) == (server.get_alpn_proto_negotiated() or None) == expected_alpn
+    assert tls_connection.group_name(server) == server.get_group_name() == "X25519MLKEM768"
+    assert tls_connection.cipher_name(server) == server.get_cipher_name() is not None
+    served = x509.load_der_x509_certificate(tls_connection.peer_certificate_der(client))  # type: ignore[arg-type]
     assert served == client.get_peer_certificate(as_cryptography=True)  # the SNI's own certificate, if one
     names = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert ("shop.example.test" in names.get_values_for_type(x509.DNSName)) is (sni is not None)
 
 
-def _accepting_handshake(server: tls.RecordIO, client: SSL.Connection) -> None:
+def _accepting_handshake(server: tls_connection.RecordIO, client: SSL.Connection) -> None:
     """The worker's server side (a ``RecordIO`` that owns its SSL object) against a pyOpenSSL client, in memory."""
     for _ in range(10):
         try:
@@ -698,14 +699,14 @@ def test_a_server_connection_without_pyopenssl_negotiates_and_answers_like_one(
     # and ALPN callbacks are C callbacks; what the client sees, and what the getters say, is what it was.
     put_cert(Path(store.cert_dir), "shop.example.test", ["shop.example.test"])
     contexts = tls.SNIContexts(store, protocols=tls.H2_PROTOCOLS)
-    server = tls.RecordIO.accepting(contexts.front)
+    server = tls_connection.RecordIO.accepting(contexts.front)
     client = _pq_client(sni, offered)
     _accepting_handshake(server, client)
-    assert tls.servername(server) == client.get_servername() == (sni.encode() if sni else None)
-    assert tls.alpn_selected(server) == (client.get_alpn_proto_negotiated() or None) == chosen
-    assert tls.group_name(server) == client.get_group_name() == "X25519MLKEM768"
-    assert tls.cipher_name(server) == client.get_cipher_name()
-    assert tls.protocol_version(server) == "TLSv1.3" and tls.peer_certificate_der(server) is None
+    assert tls_connection.servername(server) == client.get_servername() == (sni.encode() if sni else None)
+    assert tls_connection.alpn_selected(server) == (client.get_alpn_proto_negotiated() or None) == chosen
+    assert tls_connection.group_name(server) == client.get_group_name() == "X25519MLKEM768"
+    assert tls_connection.cipher_name(server) == client.get_cipher_name()
+    assert tls_connection.protocol_version(server) == "TLSv1.3" and tls_connection.peer_certificate_der(server) is None
     names = client.get_peer_certificate(as_cryptography=True).extensions.get_extension_for_class(
         x509.SubjectAlternativeName
     ).value.get_values_for_type(x509.DNSName)
@@ -730,15 +731,15 @@ def test_a_server_connection_without_pyopenssl_negotiates_and_answers_like_one(
 def test_a_server_connection_without_pyopenssl_refuses_and_fails_as_pyopenssl_would(store: CertStore) -> None:
     front = tls.SNIContexts(store).front
     # no protocol in common: the no_application_protocol alert, and the handshake's reason says so
-    server = tls.RecordIO.accepting(front)
+    server = tls_connection.RecordIO.accepting(front)
     client = _pq_client("x.example.test", [b"h2"])
     with pytest.raises(SSL.Error) as info:
         _accepting_handshake(server, client)
-    assert tls.ssl_error_reason(info.value) == tls.NO_APPLICATION_PROTOCOL_REASON
+    assert tls_connection.ssl_error_reason(info.value) == tls.NO_APPLICATION_PROTOCOL_REASON
     # bytes that are no TLS at all: the exception pyOpenSSL's Connection raises for them, the same class and
     # arguments
     for garbage in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"\x16\x03\x01\x00\x05hello", b"\x00" * 64):
-        server = tls.RecordIO.accepting(front)
+        server = tls_connection.RecordIO.accepting(front)
         server.feed(garbage)
         with pytest.raises(SSL.Error) as ours:
             server.handshake()
@@ -748,7 +749,7 @@ def test_a_server_connection_without_pyopenssl_refuses_and_fails_as_pyopenssl_wo
         with pytest.raises(SSL.Error) as theirs:
             reference.do_handshake()
         assert (type(ours.value), ours.value.args) == (type(theirs.value), theirs.value.args), garbage
-    assert tls.ssl_error_reason(ours.value).startswith("tls: ")
+    assert tls_connection.ssl_error_reason(ours.value).startswith("tls: ")
 
 
 def test_session_resumption(store: CertStore, serve: Callable[..., ServerThread]) -> None:

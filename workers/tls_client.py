@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from OpenSSL import SSL
 
-from sentin8 import tls
+from sentin8 import tls, tls_connection
 
 from .tls_layer import TLSLayer
 
@@ -51,7 +51,7 @@ class TLSClientProtocol(TLSLayer):
         self._verify_name = verify_name
         self._session = session
 
-    def _open(self) -> tuple[SSL.Connection, tls.RecordIO]:
+    def _open(self) -> tuple[SSL.Connection, tls_connection.RecordIO]:
         """A pyOpenSSL ``Connection`` in connect state (SNI, the name to verify, the session to resume)."""
         conn = SSL.Connection(self._context, None)
         conn.set_connect_state()
@@ -61,7 +61,7 @@ class TLSClientProtocol(TLSLayer):
             tls.verify_peer_name(conn, self._verify_name)
         if self._session is not None:
             conn.set_session(self._session)
-        return conn, tls.RecordIO(conn)
+        return conn, tls_connection.RecordIO(conn)
 
 
 def _is_ip(host: str) -> bool:

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from OpenSSL import SSL
 
-from sentin8 import tls
+from sentin8 import tls, tls_connection
 from sentin8.holds import Hold
 from sentin8.metrics.scales import handshake_reason
 
@@ -91,9 +91,9 @@ class TLSEntry:
         elif reason == tls.NO_APPLICATION_PROTOCOL_REASON:
             counters.inc("tls_alpn_refused")  # type: ignore[attr-defined]
 
-    def handshake_done(self, conn: tls.RecordIO) -> None:
+    def handshake_done(self, conn: tls_connection.RecordIO) -> None:
         self.counters.inc("handshake_ok")  # type: ignore[attr-defined]
-        if tls.session_reused(conn):
+        if tls_connection.session_reused(conn):
             self.counters.inc("tls_resumed")  # type: ignore[attr-defined]
 
 

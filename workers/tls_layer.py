@@ -28,7 +28,7 @@ from typing import Any
 
 from OpenSSL import SSL
 
-from sentin8 import tls
+from sentin8 import tls_connection
 
 from .timer_queue import TimerEntry, TimerQueue
 from .tls_transport import TLS_KEYS, TLSAppTransport, TLSHandshakeError, tls_info
@@ -52,7 +52,7 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
         loop: asyncio.AbstractEventLoop | None = None,
         handshake_timeout: float | None = 10.0,
         on_handshake_error: Callable[[str], None] | None = None,
-        on_handshake_done: Callable[[SSL.Connection | tls.RecordIO], None] | None = None,
+        on_handshake_done: Callable[[SSL.Connection | tls_connection.RecordIO], None] | None = None,
         timers: TimerQueue | None = None,
     ) -> None:
         self._context = context
@@ -63,8 +63,8 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
         self._on_handshake_error = on_handshake_error
         self._on_handshake_done = on_handshake_done
 
-        self._conn: SSL.Connection | tls.RecordIO | None = None  # the connection (see ``connection``)
-        self._io: tls.RecordIO | None = None  # the per-record calls (reads, writes, BIO) of _conn
+        self._conn: SSL.Connection | tls_connection.RecordIO | None = None  # the connection (see ``connection``)
+        self._io: tls_connection.RecordIO | None = None  # the per-record calls (reads, writes, BIO) of _conn
         self._raw: asyncio.Transport | None = None
         self._app: asyncio.Protocol | None = None
         self._app_transport: TLSAppTransport | None = None
@@ -97,7 +97,7 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
     # -- public ------------------------------------------------------------------------------------
 
     @property
-    def connection(self) -> SSL.Connection | tls.RecordIO | None:
+    def connection(self) -> SSL.Connection | tls_connection.RecordIO | None:
         """The connection's SSL object: server side the ``RecordIO`` that owns it, client side pyOpenSSL's
         ``Connection`` (None before ``connection_made`` and after the connection is gone)."""
         return self._conn
@@ -150,10 +150,10 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
 
     # -- raw transport callbacks -------------------------------------------------------------------
 
-    def _open(self) -> tuple[SSL.Connection | tls.RecordIO, tls.RecordIO]:
+    def _open(self) -> tuple[SSL.Connection | tls_connection.RecordIO, tls_connection.RecordIO]:
         """The connection and its record calls. Server side one object: an SSL object of the front context in
         accept state, without pyOpenSSL's ``Connection`` (``RecordIO.accepting``)."""
-        io = tls.RecordIO.accepting(self._context)
+        io = tls_connection.RecordIO.accepting(self._context)
         return io, io
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -241,7 +241,7 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
                 return
         except SSL.Error as exc:
             self._flush()  # the alert, so the peer learns why
-            self._fail_handshake(tls.ssl_error_reason(exc))
+            self._fail_handshake(tls_connection.ssl_error_reason(exc))
             return
         if self._server_side:
             self._tickets_held = True  # all the server wrote now is its tickets: they go with the first write
@@ -491,9 +491,9 @@ class TLSLayer:  # an asyncio.Protocol by its methods: no base, as a cdef class 
 
     def _fatal(self, exc: BaseException) -> None:
         log.debug("TLS connection error: %s", exc)
-        self._fatal_exc = ConnectionError(tls.ssl_error_reason(exc))
+        self._fatal_exc = ConnectionError(tls_connection.ssl_error_reason(exc))
         if not self._handshake_done:
-            self._fail_handshake(tls.ssl_error_reason(exc))
+            self._fail_handshake(tls_connection.ssl_error_reason(exc))
             return
         self.abort()
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from OpenSSL import SSL
 
-from sentin8 import tls
+from sentin8 import tls_connection
 
 if TYPE_CHECKING:
     from .tls_layer import TLSLayer
@@ -92,26 +92,26 @@ TLS_KEYS = frozenset(
 )  # fmt: skip
 
 
-def tls_info(conn: SSL.Connection | tls.RecordIO, name: str, default: Any) -> Any:
+def tls_info(conn: SSL.Connection | tls_connection.RecordIO, name: str, default: Any) -> Any:
     """One of ``TLS_KEYS`` for a live connection (``peercert``: the peer's certificate, DER). ``conn`` is the
     layer's connection: a server side's ``RecordIO`` or a client side's pyOpenSSL ``Connection``; only the
     latter has a ``tls_session`` to resume (a server keeps none of its own)."""
     if name == "sni":
-        sni = tls.servername(conn)
+        sni = tls_connection.servername(conn)
         return sni.decode("ascii", "replace") if sni is not None else default
     if name == "tls_group":
-        return tls.group_name(conn) or default
+        return tls_connection.group_name(conn) or default
     if name == "tls_version":
-        return tls.protocol_version(conn)
+        return tls_connection.protocol_version(conn)
     if name == "tls_cipher":
-        return tls.cipher_name(conn) or default
+        return tls_connection.cipher_name(conn) or default
     if name == "peercert":
-        der = tls.peer_certificate_der(conn)
+        der = tls_connection.peer_certificate_der(conn)
         return der if der is not None else default
     if name == "tls_session":
         return conn.get_session() if isinstance(conn, SSL.Connection) else default
     if name == "session_reused":
-        return tls.session_reused(conn)
+        return tls_connection.session_reused(conn)
     if name == "alpn":  # the protocol ALPN chose (b"h2", b"http/1.1"), None without ALPN
-        return tls.alpn_selected(conn) or default
+        return tls_connection.alpn_selected(conn) or default
     return conn  # ssl_object, tls_connection

@@ -42,7 +42,7 @@ import sentin8
 from bench import pqtls
 from bench.profile.inproc import child as inproc_child
 from bench.profile.inproc import cpu_marks, report
-from sentin8 import certpair, routing, tls
+from sentin8 import certpair, routing, tls, tls_connection
 from sentin8.certpair import FULLCHAIN, PRIVKEY
 from sentin8.certstore import CertStore
 from sentin8.config import Config, Limits, Network, Upstream
@@ -253,7 +253,7 @@ class FreshClient:
     def get(self) -> None:
         sock = _tcp(self.port)
         conn = pqtls.client(sock, HOST, self.ctx, session=self.session)
-        if self.session is not None and not tls.session_reused(conn):
+        if self.session is not None and not tls_connection.session_reused(conn):
             raise AssertionError("the proxy did not resume the session: this would measure full handshakes")
         Client(conn).get()  # the ticket arrives before the response: the session is resumable from here
         if self.resumed:
