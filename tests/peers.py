@@ -306,15 +306,16 @@ class Fleet:
         rest (``unshare …``), so that the supervisor keeps the process's pid; ``env``: more environment
         variables."""
         self.workdir = workdir
-        self.port = port or free_port(host)
         self.secret = secrets.token_urlsafe(36)
         # mgmt=True: port 0, the bound port is read from the fleet's mgmt_listening event (no free-port race)
         self.mgmt_port = 0 if mgmt is True else int(mgmt)
         self.mgmt_url = ""
         mgmt_listen = f"127.0.0.1:{self.mgmt_port}" if mgmt else ""
         self.config = os.path.join(workdir, "proxy.toml")
-        Path(self.config).write_text(
-            f"""
+        for attempt in range(3):  # a free port another test binds before the fleet does: another port
+            self.port = port or free_port(host)
+            Path(self.config).write_text(
+                f"""
 [listen]
 https = "{host}:{self.port}"
 http = "{http}"
@@ -332,25 +333,28 @@ state_dir = "{workdir}/state"
 {extra}
 {body}
 """
-        )
-        self.log_path = os.path.join(workdir, "proxy.log")
-        self.log = open(self.log_path, "w+")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen(
-            [*launcher, sys.executable, "-m", "supervisor.cli", "run", "--config", self.config, *args],
-            cwd=REPO,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "SENTIN8_MGMT_JWT_SECRET": self.secret, **(env or {})},
-            preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))) if nofile else None,
-        )
-        try:
-            # generous: on a loaded 2-core machine a fleet's start (imports, shared memory, a PQ certificate
-            # per worker) has taken over 20 s; a passing start returns as soon as "ready" is logged
-            wait_until(lambda: self.saw("ready") or self.proc.poll() is not None, 45, what="fleet ready")
-        except AssertionError as exc:
-            self.stop()  # no orphaned fleet outliving the test that could not use it
-            raise AssertionError(f"{exc}; the fleet's log so far:\n{self.output()[-4000:]}") from None
+            )
+            self.log_path = os.path.join(workdir, "proxy.log")
+            self.log = open(self.log_path, "w+")  # noqa: SIM115 - lives as long as the process
+            self.proc = subprocess.Popen(
+                [*launcher, sys.executable, "-m", "supervisor.cli", "run", "--config", self.config, *args],
+                cwd=REPO,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "SENTIN8_MGMT_JWT_SECRET": self.secret, **(env or {})},
+                preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))) if nofile else None,
+            )
+            try:
+                # generous: on a loaded 2-core machine a fleet's start (imports, shared memory, a PQ certificate
+                # per worker) has taken over 20 s; a passing start returns as soon as "ready" is logged
+                wait_until(lambda: self.saw("ready") or self.proc.poll() is not None, 45, what="fleet ready")
+            except AssertionError as exc:
+                self.stop()  # no orphaned fleet outliving the test that could not use it
+                raise AssertionError(f"{exc}; the fleet's log so far:\n{self.output()[-4000:]}") from None
+            if port is not None or attempt == 2 or self.proc.poll() is None or "already in use" not in self.output():
+                break
+            self.log.close()
         if self.proc.poll() is not None:
             raise AssertionError(f"fleet exited {self.proc.returncode}:\n{self.output()}")
         if mgmt:
