@@ -92,14 +92,14 @@ class RedisServer:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
             try:
                 wait_until(self._ping, START_DEADLINE_S, what=f"{self.binary} on port {self.port}")
-                return
             except RuntimeError:
                 # the first start only: a restart keeps its port (an outage and a recovery of one endpoint)
                 if self.started or attempt == 2 or "already in use" not in _log_tail(self.log):
                     raise
                 self.port = free_port()  # another test bound the free port first
-            finally:
-                self.started = self.started or (self.proc.poll() is None)
+                continue
+            self.started = True
+            return
 
     def stop(self, kill: bool = False) -> None:
         """SIGTERM (clean shutdown) or SIGKILL (``kill=True``, a crash); returns once the process is gone."""
