@@ -46,6 +46,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def refusing_port(host: str = "127.0.0.1") -> socket.socket:
+    """A socket bound to a port and never listening: connects there are refused for as long as it is open, and
+    no other test can take the port meanwhile (a ``free_port()`` is let go at once, and another test's server may
+    bind it). The port is ``getsockname()[1]``."""
+    s = socket.socket()
+    s.bind((host, 0))
+    return s
+
+
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02, what: str = ""):
     """Poll with a deadline: for conditions that have no event to wait on (another process's state)."""
     deadline = time.monotonic() + timeout

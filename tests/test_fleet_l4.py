@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.peers import connection_closed, free_port, roundtrip, tls_client, wait_until
+from tests.peers import connection_closed, refusing_port, roundtrip, tls_client, wait_until
 
 
 def two_services(a, b) -> str:
@@ -156,10 +156,8 @@ def test_silent_peer_closed_at_deadline_without_blocking_others(backend_factory,
 
 def test_one_dead_instance_of_two_every_connection_succeeds(backend_factory, fleet_factory):
     a = backend_factory("a", "alpha.test")
-    dead = socket.socket()
-    dead.bind(("127.0.0.1", 0))
+    dead = refusing_port()  # held, never listening: connect is refused
     dead_port = dead.getsockname()[1]
-    dead.close()  # nothing listens there: connect is refused
     fleet = fleet_factory(
         f"""
 [[instances]]
@@ -276,7 +274,8 @@ def test_an_l4_refusal_is_a_fin_never_a_reset(backend_factory, fleet_factory):
     peeked ClientHello is read first: a close with unread bytes would be a reset too (CI's one reset after
     the routing table emptied mid-write could not say it was a name with no route)."""
     a = backend_factory("a", "alpha.test")
-    nobody = SimpleNamespace(port=free_port())  # beta's only instance: nothing listens there
+    held = refusing_port()  # beta's only instance: held, never listening, so its connect is refused
+    nobody = SimpleNamespace(port=held.getsockname()[1])
     fleet = fleet_factory(two_services(a, nobody), workers=1)
     with pytest.raises(ssl.SSLEOFError):  # a FIN mid-handshake; a reset raises ConnectionResetError
         roundtrip(fleet.port, "nope.test")

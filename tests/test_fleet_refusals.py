@@ -15,7 +15,7 @@ import threading
 from sentin8.shm.counters import POLICY_KINDS
 from tests import mgmt_client
 from tests.netns import external_host  # noqa: F401 - fixture
-from tests.peers import connection_closed, free_port, tls_client, wait_until
+from tests.peers import connection_closed, free_port, refusing_port, tls_client, wait_until
 from tests.pqclient import PQClient
 from tests.test_fleet_protection import _client_hello
 
@@ -85,7 +85,8 @@ def test_every_refusal_path_counts_once_and_the_total_is_the_sum_of_the_kinds(
 ):
     db = backend_factory("db", "db.internal.test")
     raw = Raw431Backend()
-    dead_port = free_port()  # nothing listens there: the "dead" service's connect fails
+    dead = refusing_port()  # held, never listening: the "dead" service's connect fails
+    dead_port = dead.getsockname()[1]
     internal_l4 = free_port("0.0.0.0")
     fleet = fleet_factory(
         _config(web.port, raw.port, db.port, dead_port),
