@@ -137,24 +137,39 @@ class Load:
                 if client is not None:
                     client.close()
 
+        def idle_close(idle: float, what: str) -> None:
+            """The server closed this connection ``idle`` seconds (its kernel arrival times) after its last
+            response: fine after a whole ``idle_close_after``, less some slack for timer granularity."""
+            if idle_close_after is None or idle < 0.8 * idle_close_after:
+                raise AssertionError(f"keep-alive connection closed after only {idle:.3f} s idle ({what})")
+
         def kept() -> None:
             client = None
             try:
                 client = PQClient(connect(), sni)
+                client.stamp_arrivals()
                 client.handshake()
-                answered_at = None  # when the last response was read: the connection is idle since
+                answered_at = None  # when the last response reached this host: the connection is idle since
                 while not self._stop.is_set():
                     if answered_at is not None and client.closed_while_idle():
                         # closed idle before this client sent anything more (a drain's grace ran out while
-                        # this thread was descheduled): reconnect, as every client does before reuse. The
-                        # client's idle time is the server's minus the response's way here: a little slack.
-                        idle = time.monotonic() - answered_at
-                        if idle_close_after is None or idle < 0.8 * idle_close_after:
-                            raise AssertionError(f"keep-alive connection closed after only {idle:.3f} s idle")
+                        # this thread was descheduled): reconnect, as every client does before reuse. Both
+                        # times are the kernel's arrival times, so a thread that read late does not count.
+                        idle_close(client.last_arrival - answered_at, "before the next request")
                         self._ok("l7_closed_idle")
                         return
-                    closing = check(client.request(request))
-                    answered_at = time.monotonic()
+                    try:
+                        closing = check(client.request(request))
+                    except ConnectionError:
+                        if answered_at is None or client.holds_unread:
+                            raise
+                        # The idle close crossed this request on the wire (sent before its close_notify
+                        # arrived): not a byte of a response, so RFC 9112 §9.3.1 lets a client retry it, and
+                        # a server closes only a connection with nothing unread, so it was never processed.
+                        idle_close(client.last_arrival - answered_at, "crossing the next request")
+                        self._ok("l7_closed_idle_crossed")
+                        return
+                    answered_at = client.last_arrival
                     self._ok("l7_keepalive")
                     if closing:
                         self._ok("l7_told_to_close")

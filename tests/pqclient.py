@@ -14,6 +14,7 @@ from __future__ import annotations
 import select
 import selectors
 import socket
+import struct
 import threading
 import time
 import warnings
@@ -27,6 +28,10 @@ CLASSICAL_GROUPS = b"X25519"
 CLASSICAL_SIGALGS = b"ed25519:ecdsa_secp256r1_sha256:rsa_pss_rsae_sha256"
 
 _CHUNK = 65536
+# Linux's SO_TIMESTAMPNS (asm-generic, 64-bit time): the kernel's CLOCK_REALTIME arrival time of received bytes,
+# as a struct timespec in an SCM_TIMESTAMPNS control message (Python's socket module has no name for it)
+_SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("qq")
 
 
 class PQClient:
@@ -61,6 +66,8 @@ class PQClient:
         self.peer_closed = False  # the server's close_notify was received
         self.eof = False  # the TCP connection ended (with or without close_notify)
         self._buf = bytearray()  # decrypted bytes not yet returned (request() parsing)
+        self._stamping = False
+        self.last_arrival = 0.0  # stamp_arrivals(): when the kernel received the bytes read last (wall clock)
 
     @staticmethod
     def make_context(
@@ -100,8 +107,24 @@ class PQClient:
                 return
             self.sock.sendall(data)
 
+    def stamp_arrivals(self) -> None:
+        """Record in ``last_arrival`` when the kernel received the bytes read last, not when this thread got
+        round to reading them: a loaded test process reads late, and a time between two server events
+        (a response, then a close) measured on its own clock would shrink by that lateness."""
+        self.sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        self._stamping = True
+
     def _pump_in(self) -> bool:
-        data = self.sock.recv(_CHUNK)
+        if self._stamping:
+            data, ancillary, _, _ = self.sock.recvmsg(_CHUNK, socket.CMSG_SPACE(_TIMESPEC.size))
+            arrival = time.time()  # a bare FIN carries no stamp: now, the latest it can have come
+            for level, kind, value in ancillary:
+                if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
+                    seconds, nanoseconds = _TIMESPEC.unpack(value[: _TIMESPEC.size])
+                    arrival = seconds + nanoseconds / 1e9
+            self.last_arrival = arrival
+        else:
+            data = self.sock.recv(_CHUNK)
         if not data:
             self.eof = True
             return False
@@ -178,6 +201,11 @@ class PQClient:
         out = bytes(self._buf[:n])
         del self._buf[:n]
         return out
+
+    @property
+    def holds_unread(self) -> bool:
+        """Decrypted bytes are buffered that no call returned yet (part of a response, say)."""
+        return bool(self._buf)
 
     def closed_while_idle(self) -> bool:
         """Before a kept-alive connection carries another request: whether the server closed it meanwhile,
