@@ -175,7 +175,9 @@ def test_keepalive_clients_in_a_tight_loop_lose_no_request_across_drains(
     """The keep-alive close race, focused: one worker, so every SIGHUP drains the worker serving every
     connection, and keep-alive clients sending their next request the moment a response is read (no think
     time; some with a little). A draining worker answers each with Connection: close or closes it only
-    after a whole idle grace; a request sent on a reused connection that gets no response is an error."""
+    after a whole idle grace; a request sent on a reused connection that gets no response is an error, but
+    for one that crossed the close of a connection idle a whole grace (RFC 9112 §9.3.1: the client retries).
+    Idle times are the kernel's arrival stamps at the client (tests/load.py), not its threads' clocks."""
     shop = backend_factory("shop", "shop.internal")
     fleet = fleet_factory(mixed_body(web.port, shop.port), workers=1, host="0.0.0.0", fleet=FAST_DRAIN)
     load = Load()
