@@ -7,6 +7,8 @@ sentin8's and nginx's workers under the same wrk load (issue 18, item 2). Not pa
 ``--h2load``: the bench's other keep-alive row, ``h2load --h1`` (the same GET, one more header: user-agent).
 ``--l4``: the bench's "L4 new conns" row instead (connect, ClientHello, the backend's first byte, close),
 sentin8's L4 fleet beside HAProxy in TCP mode; everything is then per connection.
+``--resumed``: the bench's "L7 resumed" row (a resumed PQ handshake, one proxied GET with ``Connection:
+close``, the close), per connection; the client's own CPU per connection is printed beside.
 
 The same peers as ``python -m bench`` (``bench/stack.py``: 2 pinned workers each, PQ TLS, the backend nginx
 over plain HTTP keep-alive), the same ``wrk -t2 -c64`` GET / from the PQ toolchain. While wrk runs,
@@ -56,6 +58,9 @@ def _switches(pids: list[int]) -> tuple[int, int]:
 
 
 def _load(tc: toolchain.Toolchain, url: str, conns: int, duration: float, h2: bool | str, l4: bytes = b""):
+    if h2 == "resumed":  # the bench's resumed row: fresh tickets each time (made outside the CPU window)
+        port = int(url.rsplit(":", 1)[1].rstrip("/"))
+        return clients.resumed_handshakes(port, "bench.test", _tickets[port], stack.BODY, duration, 2)
     if l4:  # the bench's l4_connrate: ``l4`` is the ClientHello each new connection sends
         return clients.l4_connrate(int(url.rsplit(":", 1)[1].rstrip("/")), l4, duration)
     if h2 == "h1":  # the bench's l7_h2load: h2load --h1 keep-alive
@@ -63,6 +68,9 @@ def _load(tc: toolchain.Toolchain, url: str, conns: int, duration: float, h2: bo
     if h2:  # the bench's l7_h2_m10: 16 connections x 10 streams
         return loadtools.h2load_streams(tc, url, 16, 10, duration)
     return loadtools.wrk(tc, url, conns, duration)
+
+
+_tickets: dict[int, tuple] = {}  # the resumed row's sessions, per port: each load leaves its loops' last tickets
 
 
 def measure(
@@ -78,6 +86,8 @@ def measure(
     """One wrk run (h2load -m10 when ``h2``, h2load --h1 when it is "h1") against ``port`` with perf counting
     on ``workers``: per-request figures."""
     url = f"https://bench.test:{port}/"
+    if h2 == "resumed":
+        _tickets[port] = clients.ticket_sessions(port, "bench.test", conns)
     _load(tc, url, conns, 1.0, h2, l4)  # warm: handshakes done, buffers grown
     perf = subprocess.Popen(
         ["perf", "stat", "-x", ",", "-e", ",".join(EVENTS), "-p", ",".join(map(str, workers))],
@@ -115,6 +125,7 @@ def measure(
         "voluntary": (s1[0] - s0[0]) / n,
         "involuntary": (s1[1] - s0[1]) / n,
         "errors": sample.errors,
+        "client_cpu_us": (sample.detail or {}).get("client_cpu_ms_per_hs", 0.0) * 1e3,
         **counts,
     }
 
@@ -129,8 +140,9 @@ def main() -> None:
     ap.add_argument("--h2", action="store_true", help="h2load -c16 -m10 over HTTP/2 instead of wrk")
     ap.add_argument("--h2load", action="store_true", help="h2load --h1 keep-alive (l7_h2load) instead of wrk")
     ap.add_argument("--l4", action="store_true", help="new L4 connections (sentin8, haproxy, haproxy-splice)")
+    ap.add_argument("--resumed", action="store_true", help="resumed PQ handshakes, one GET each (--conns loops)")
     a = ap.parse_args()
-    load = "h1" if a.h2load else a.h2
+    load = "resumed" if a.resumed else "h1" if a.h2load else a.h2
     work = Path(tempfile.mkdtemp(prefix="sentin8-kshare-"))
     tc = toolchain.ensure(work, log=sys.stderr)
     cert = certs.write_mldsa65(work / "cert", ["bench.test", "*.bench.test"])
@@ -169,13 +181,13 @@ def main() -> None:
                 r = measure(tc, port, p.worker_pids(), a.conns, a.duration, load, record, hello)
                 rows[name].append(r)
                 total = r.get("raw_syscalls:sys_enter", 0)
-                unit = "conn" if a.l4 else "req"
+                unit = "conn" if a.l4 or a.resumed else "req"
                 cost = f"{r['cpu_us']:6.1f} CPU-µs/{unit}  syscalls {total:.2f}/{unit}"
                 line = f"{name:8} {r['req_s']:8.0f} {unit}/s  {cost}"
                 print(line, file=sys.stderr, flush=True)
-        keys = ["req_s", "cpu_us", "user_us", "kernel_us", "minor_faults", "raw_syscalls:sys_enter", *SYSCALLS,
-                "context-switches", "voluntary", "involuntary", "errors"]  # fmt: skip
-        print(f"| per {'connection' if a.l4 else 'request'} | " + " | ".join(peers) + " |")
+        keys = ["req_s", "cpu_us", "user_us", "kernel_us", "client_cpu_us", "minor_faults", "raw_syscalls:sys_enter",
+                *SYSCALLS, "context-switches", "voluntary", "involuntary", "errors"]  # fmt: skip
+        print(f"| per {'connection' if a.l4 or a.resumed else 'request'} | " + " | ".join(peers) + " |")
         print("|---|" + "---|" * len(peers))
         for k in keys:
             vals = [statistics.median(r.get(k, 0.0) for r in rows[n]) for n in peers]

@@ -185,3 +185,81 @@ def test_uvloop_takes_an_accepted_socket_and_closes_its_descriptor_once():
             assert client.recv(1) == b""  # the peer saw the close
     finally:
         listener.close()
+
+
+def test_adopt_hands_an_accepted_socket_to_uvloop_without_a_task():
+    """``tls_entry.adopt`` (the L7 and :80 hand-off) drives ``connect_accepted_socket`` itself: when it returns,
+    the transport owns the socket and no Task exists for it; ``connection_made`` comes on the loop's next turn,
+    bytes flow, and the awaited future's last step leaves nothing for ``on_failure``."""
+    import asyncio
+
+    import uvloop
+
+    from workers.tls_entry import adopt
+
+    listener = _listener("127.0.0.1:0")
+    failures: list[BaseException] = []
+    try:
+        with socket.create_connection(listener.getsockname()) as client:
+            conn, _ = _queued(listener, client)
+
+            async def hand_over() -> tuple[int, bytes]:
+                loop = asyncio.get_running_loop()
+                made: asyncio.Future[asyncio.Transport] = loop.create_future()
+                got: asyncio.Future[bytes] = loop.create_future()
+
+                class Echo(asyncio.Protocol):
+                    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                        made.set_result(transport)  # type: ignore[arg-type]
+
+                    def data_received(self, data: bytes) -> None:
+                        got.set_result(data)
+
+                before = asyncio.all_tasks()
+                adopt(loop, Echo, conn, failures.append)
+                tasks = len(asyncio.all_tasks() - before)
+                assert conn.fileno() == -1 or not made.done()  # owned by the transport, not yet connected
+                transport = await asyncio.wait_for(made, 5)
+                client.sendall(b"ping")
+                data = await asyncio.wait_for(got, 5)
+                transport.close()
+                return tasks, data
+
+            assert uvloop.run(hand_over()) == (0, b"ping")
+            assert client.recv(1) == b""  # the transport closed the connection
+    finally:
+        listener.close()
+    assert failures == []
+
+
+def test_adopt_leaves_a_socket_it_could_not_hand_over_to_the_caller_and_reports_a_failed_last_step():
+    """A raise from ``adopt`` means the transport never took the socket (here a datagram socket, which uvloop
+    refuses): the caller still owns it, open. What the coroutine's last step raises goes to ``on_failure`` (for
+    the connection's hold); its return is no failure."""
+    import asyncio
+
+    import uvloop
+
+    from workers.tls_entry import _LastStep, adopt
+
+    failures: list[BaseException] = []
+
+    async def refused() -> None:
+        loop = asyncio.get_running_loop()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as datagram:
+            with pytest.raises(ValueError):
+                adopt(loop, asyncio.Protocol, datagram, failures.append)
+            assert datagram.fileno() != -1  # still the caller's
+
+    uvloop.run(refused())
+    assert failures == []
+
+    async def returns() -> tuple[None, None]:
+        return None, None
+
+    async def fails() -> None:
+        raise ConnectionResetError
+
+    for steps in (returns(), fails()):
+        _LastStep(steps, failures.append).run(None)  # type: ignore[arg-type]
+    assert [type(f) for f in failures] == [ConnectionResetError]

@@ -26,6 +26,7 @@ cdef class Arrival:
     cpdef _end(self)
     cpdef _peek(self, bint trusted)
     cpdef _route(self, hello, bint internal)
+    cpdef _serve_external(self)
     cpdef _serve_l4(self, sni)
     cpdef _refuse(self)
     # an L4 connection's last steps: the pipe (and the connect before it) typed, its start and close C calls

@@ -5,9 +5,10 @@ raw L4 pipe to a backend or the worker's L7 TLS layer.
 One ``Arrival`` per connection, driven by callbacks: with TCP_DEFER_ACCEPT the ClientHello is in the socket at
 accept, so one recv and one parse decide the connection, and an L4 backend's connect is one epoll watch and
 one timer (``BackendConnect``) until the pipe takes both sockets. A Task is made only where something must be
-awaited: a PROXY header still arriving, a ClientHello still arriving, the L7 hand-off (uvloop's
-``connect_accepted_socket``), a backend named by a host name. Measured on the bench's new-connection row, the
-Task, its coroutine frames and their futures cost more than the rest of the L4 path's Python.
+awaited: a PROXY header still arriving, a ClientHello still arriving, a backend named by a host name (the L7
+hand-off to uvloop's transport is driven without one: ``tls_entry.adopt``). Measured on the bench's
+new-connection row, the Task, its coroutine frames and their futures cost more than the rest of the L4 path's
+Python.
 
 Invariant: until an owner has the socket (the pipe, or the transport of the TLS layer), the arrival owns it
 and its hold; whatever ends it early (a refusal, a failed peek, a bug) closes the socket through the lingering
@@ -19,7 +20,7 @@ from __future__ import annotations
 import _socket
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from socket import IPPROTO_TCP, TCP_NODELAY
 
 from sentin8 import proxy_protocol, refusals
@@ -39,7 +40,8 @@ from .peek import HelloPeek, PeekFailed, read_proxy_header, refuse_hello
 from .poll_set import PollSet
 from .socket_linger import SocketLinger
 
-ServeExternal = Callable[[socket.socket, tuple, Hold, bool], Awaitable[bool]]
+# (socket, client address, hold, over the per-client cap, what a hand-off that fails later calls)
+ServeExternal = Callable[[socket.socket, tuple, Hold, bool, Callable[[BaseException], None]], None]
 
 
 class Door:
@@ -220,7 +222,7 @@ class Arrival:
         if not internal and not self.guaranteed_l4:
             if self.over_cap:
                 counters.refused(refusals.CONN_CAP_L7)
-            door.loop.create_task(self._serve_external())
+            self._serve_external()
             return
         if self.over_cap:
             counters.refused(refusals.CONN_CAP_L4)
@@ -230,14 +232,19 @@ class Arrival:
         counters.inc("connections_internal_l4" if self.guaranteed_l4 else "connections_l4")
         self._serve_l4(hello.sni)
 
-    async def _serve_external(self) -> None:
+    def _serve_external(self) -> None:
         try:
-            self.handed_off = await self.door.serve_external(self.conn, self.addr, self.hold, self.over_cap)
+            self.door.serve_external(self.conn, self.addr, self.hold, self.over_cap, self._handoff_failed)
         except Exception as exc:
             self._error(exc)
         else:
-            if not self.handed_off:
-                self._end()
+            self.handed_off = True  # the transport owns the socket, its connection_lost the hold
+
+    def _handoff_failed(self, exc: BaseException) -> None:
+        """The hand-off's last step failed: uvloop closed the transport, maybe before ``connection_made``, so
+        no ``connection_lost`` may come to release the hold."""
+        self.door.connection_error(exc)
+        self.hold.release()
 
     # ---- L4 --------------------------------------------------------------------------------------------
 

@@ -4,13 +4,16 @@ the bridge its ALPN picks (h2, else HTTP/1.1), both tracked by the worker until 
 This runs for every external connection, so it is compiled (``sentin8.native``) like the door before it and the
 TLS layer after it; the worker keeps the listeners, the drain and the :80 path. ``Bridges`` is the worker's set
 of live bridges: a drain asks each to finish, and a bridge made during a drain starts out draining.
+
+``adopt`` gives an accepted socket to a uvloop transport without a Task (the :80 path uses it too).
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from typing import TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from OpenSSL import SSL
 
@@ -24,6 +27,53 @@ from .timer_queue import TimerQueue
 from .tls_layer import TLSServerProtocol
 
 _B = TypeVar("_B")
+
+
+def adopt(
+    loop: asyncio.AbstractEventLoop,
+    protocol_factory: Callable[[], asyncio.BaseProtocol],
+    sock: socket.socket,
+    on_failure: Callable[[BaseException], None],
+) -> None:
+    """Give ``sock`` to a uvloop transport of ``protocol_factory``'s protocol, driving uvloop's
+    ``connect_accepted_socket`` without a Task.
+
+    That coroutine does all its work at once (the transport made and owning the socket, ``connection_made``
+    scheduled), then awaits a future that ``connection_made``'s turn resolves, only to return the pair. A Task
+    to drive it cost more than the work (asyncio registers every Task in a WeakSet, interpreted Python, and
+    each awaiting caller adds a coroutine frame): here its first step runs now, and the awaited future's done
+    callback runs the last one. That is the protocol any Task follows (PEP 492: an asyncio future's
+    ``__await__`` yields the future itself), and nothing more.
+
+    Invariant: when this returns, the transport owns the socket; a raise means it never did (the caller closes
+    it). A failed last step (its future cancelled: uvloop has closed the transport then, maybe before
+    ``connection_made``) goes to ``on_failure``, which must release what the connection holds."""
+    steps = loop.connect_accepted_socket(protocol_factory, sock=sock)
+    try:
+        waiting = steps.send(None)
+    except StopIteration:
+        return
+    waiting.add_done_callback(_LastStep(steps, on_failure).run)
+
+
+class _LastStep:
+    """The awaited future is done: the coroutine returns (or raises what uvloop met)."""
+
+    __slots__ = ("on_failure", "steps")
+
+    def __init__(self, steps: Coroutine[Any, Any, Any], on_failure: Callable[[BaseException], None]) -> None:
+        self.steps = steps
+        self.on_failure = on_failure
+
+    def run(self, _done: asyncio.Future[Any]) -> None:
+        try:
+            self.steps.send(None)
+        except StopIteration:
+            pass
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # CancelledError included: the transport is closed, the hold is ours
+            self.on_failure(exc)
 
 
 class Bridges:
@@ -73,14 +123,21 @@ class TLSEntry:
     def close(self) -> None:
         self.timers.close()
 
-    async def serve(self, conn: socket.socket, addr: tuple, hold: Hold, over_cap: bool = False) -> bool:
+    def serve(
+        self,
+        conn: socket.socket,
+        addr: tuple,
+        hold: Hold,
+        over_cap: bool,
+        on_failure: Callable[[BaseException], None],
+    ) -> None:
         """Terminate PQ TLS (certificate per SNI, bootstrap when none) and bridge at L7. The peeked ClientHello
-        is still in the socket, so the TLS layer reads it as if nothing happened. Returns True once the
-        transport owns the socket; its ``connection_lost`` releases the hold."""
+        is still in the socket, so the TLS layer reads it as if nothing happened. Returns once the transport
+        owns the socket (``adopt``: a raise means it does not); its ``connection_lost`` releases the hold,
+        ``on_failure`` when the hand-off fails after that."""
         self.counters.inc("connections_l7")  # type: ignore[attr-defined]
         layer = TrackedTLS(self, hold, addr, over_cap)
-        await self.loop.connect_accepted_socket(lambda: layer, sock=conn)
-        return True
+        adopt(self.loop, lambda: layer, conn, on_failure)
 
     def handshake_error(self, reason: str) -> None:
         counters = self.counters

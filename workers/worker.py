@@ -38,7 +38,7 @@ from .l7_context import WorkerL7Context
 from .listener import HTTP, HTTPS, INTERNAL_L4, Acceptor, bind_reuseport
 from .poll_set import PollSet
 from .socket_linger import SocketLinger
-from .tls_entry import Bridges, TLSEntry
+from .tls_entry import Bridges, TLSEntry, adopt
 
 
 def _decode_paused_gc(data: bytes) -> RoutingTable:
@@ -139,7 +139,7 @@ class Worker:
             self.classifier,
         )
         self.acceptor = Acceptor(
-            self.loop, self.counters, self.open, self.door.enter, self._serve_http_soon, self.index
+            self.loop, self.counters, self.open, self.door.enter, self._serve_http, self.index
         )
         self.stopped = self.loop.create_future()
         self.certs.bootstrap()  # first boot generates it (once, under a file lock), not the first handshake
@@ -213,18 +213,15 @@ class Worker:
 
     # ---- one connection (accepted by workers.listener.Acceptor) --------------------------------------------
 
-    def _serve_http_soon(self, conn: socket.socket, addr: tuple, hold: Hold) -> None:
-        self.loop.create_task(self._serve_http(conn, addr, hold))
-
-    async def _serve_http(self, conn: socket.socket, addr: tuple, hold: Hold) -> None:
+    def _serve_http(self, conn: socket.socket, addr: tuple, hold: Hold) -> None:
         """:80 — ACME HTTP-01 only, for every source; everything else is 404."""
         self.counters.inc("connections_http")
         self.counters.traffic(not self.classifier.is_internal(addr[0]))
         try:
-            await self.loop.connect_accepted_socket(lambda: self._new_http_bridge(addr, hold), sock=conn)
+            adopt(self.loop, lambda: self._new_http_bridge(addr, hold), conn, lambda _exc: hold.release())
         except Exception:
             conn.close()
-            hold.release()  # a no-op when connection_lost already released it
+            hold.release()
 
     def _new_http_bridge(self, addr: tuple, hold: Hold) -> _TrackedHTTP:
         bridge = self.bridges.add(_TrackedHTTP(self.l7, self.loop, addr, "http"))

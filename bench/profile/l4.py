@@ -72,7 +72,7 @@ class Proxy:
         self.port = self.listener.getsockname()[1]
         Acceptor(loop, counters, self.open, self.door.enter, self._not_http, 0).watch(self.listener, HTTPS)
 
-    async def _not_l4(self, *args: object) -> bool:
+    def _not_l4(self, *args: object) -> None:
         raise AssertionError("an L4 profile took the L7 path: is 127.0.0.1 outside network.internal_cidrs?")
 
     def _not_http(self, *args: object) -> None:
