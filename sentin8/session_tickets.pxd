@@ -2,6 +2,7 @@
 # _c_on_ticket itself, and the callback calls OpenSSL through the C pointers below, not through cffi (no
 # closure entry, no argument conversion, no GIL hand-off per call; session_tickets.py, "if cython.compiled").
 from libc.string cimport memcpy
+from sentin8.ticketkeys cimport TicketKeyRing  # keys() and lookup() per handshake: C calls
 
 ctypedef int (*_cipher_init_fn)(void *, void *, void *, const unsigned char *, const unsigned char *) noexcept nogil
 ctypedef int (*_mac_params_fn)(void *, void *) noexcept nogil  # EVP_MAC_CTX_set_params
@@ -20,7 +21,8 @@ cdef size_t _address(object cdata) except? 0
 cdef size_t _at(dict addresses, str name) except? 0
 
 cdef class TicketSealer:
-    cdef public object ring, _fns, _callback
+    cdef public TicketKeyRing ring
+    cdef public object _fns, _callback
     cdef public int _ex_index
     cdef public bytes _digest
     cdef public dict _params

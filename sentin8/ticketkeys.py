@@ -33,6 +33,7 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from hmac import compare_digest  # a global, not an attribute lookup per resumed handshake
 
 _SLOT = struct.Struct("<Q32s8s")  # epoch + 1 (0 = empty), secret, digest of both
 SLOTS = 3
@@ -92,7 +93,8 @@ class TicketKeyRing:
         self.rotations = 0  # epochs this process ratcheted into (it was the first to need them)
 
     def epoch(self, now: float | None = None) -> int:
-        return int((self.clock() if now is None else now) // self.rotation_s)
+        t = self.clock() if now is None else now
+        return int(t // self.rotation_s)
 
     def seed(self) -> None:
         """Fresh random material for the current epoch, replacing whatever the region held."""
@@ -131,9 +133,9 @@ class TicketKeyRing:
     def lookup(self, name: bytes) -> tuple[TicketKey, bool] | None:
         """The key a ticket names, and whether it is the current one; None when it is unknown or too old."""
         current, previous = self.keys()
-        if hmac.compare_digest(name, current.name):
+        if compare_digest(name, current.name):
             return current, True
-        if previous is not None and hmac.compare_digest(name, previous.name):
+        if previous is not None and compare_digest(name, previous.name):
             return previous, False
         return None
 
@@ -147,7 +149,7 @@ class TicketKeyRing:
                 stored, secret, digest = _SLOT.unpack(raw)
                 if not stored:
                     break
-                if hmac.compare_digest(digest, _digest(stored, secret)):
+                if compare_digest(digest, _digest(stored, secret)):
                     slots[stored - 1] = secret
                     break
         return slots
