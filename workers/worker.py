@@ -138,9 +138,7 @@ class Worker:
             self.index,
             self.classifier,
         )
-        self.acceptor = Acceptor(
-            self.loop, self.counters, self.open, self.door.enter, self._serve_http, self.index
-        )
+        self.acceptor = Acceptor(self.loop, self.counters, self.open, self.door.enter, self._serve_http, self.index)
         self.stopped = self.loop.create_future()
         self.certs.bootstrap()  # first boot generates it (once, under a file lock), not the first handshake
         self.policy.waf_engine()  # the rule set loads now (~0.1 s), not on the first request
@@ -214,10 +212,11 @@ class Worker:
     # ---- one connection (accepted by workers.listener.Acceptor) --------------------------------------------
 
     def _serve_http(self, conn: socket.socket, addr: tuple, hold: Hold) -> None:
-        """:80 — ACME HTTP-01 only, for every source; everything else is 404."""
-        self.counters.inc("connections_http")
-        self.counters.traffic(not self.classifier.is_internal(addr[0]))
+        """:80 — ACME HTTP-01 only, for every source; everything else is 404. Called by the accept loop: a
+        failure costs this connection (closed, its hold released), never the rest of the accept batch."""
         try:
+            self.counters.inc("connections_http")
+            self.counters.traffic(not self.classifier.is_internal(addr[0]))
             adopt(self.loop, lambda: self._new_http_bridge(addr, hold), conn, lambda _exc: hold.release())
         except Exception:
             conn.close()
