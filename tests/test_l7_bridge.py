@@ -1295,6 +1295,41 @@ def test_half_closed_client_still_gets_its_response(start, backend):
     settled(proxy)
 
 
+def test_a_client_that_said_close_is_closed_without_lingering(start, backend):
+    """RFC 9112 §9.6: a client whose request says Connection: close sends no other. With that request read to
+    its end and nothing after it, only the client's FIN can still come: the proxy closes outright (nginx's
+    ``lingering_close on``), no FIN-then-wait. The client still reads the whole response, then the close."""
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    r = c.request(get("/", extra=b"Connection: close\r\n"))
+    assert r.status == 200 and r.header("connection") == "close"
+    assert c.closed()  # the proxy's FIN: by now it has closed (outright) or only shut its side (lingering)
+    # closed outright while the client keeps its side open: a lingering close waits LINGER_S (2 s) for its FIN
+    assert proxy.call(lambda: proxy.bridges[0].transport.is_closing())
+    c.close()
+    settled(proxy)
+
+
+def test_a_keep_alive_client_closed_by_the_proxy_still_gets_a_lingering_close(start, backend):
+    """The proxy closes a connection whose client did not say close (here a WebSocket upgrade the backend
+    answered with a plain response, which ends the connection): that client may be sending its next request
+    as the close leaves, so the close lingers: the proxy's FIN, then reading on, dropping what comes, until
+    the client's FIN."""
+    proxy = start(make_table([backend]))
+    c = proxy.client()
+    r = c.request(get("/plain", extra=WS_UPGRADE))
+    assert r.status == 200 and r.header("connection") == "close"
+    c.sock.settimeout(DEADLINE)
+    assert c.sock.recv(65536) == b""  # the proxy's FIN: it has shut its side and reads on (drops) what comes
+    assert not proxy.call(lambda: proxy.bridges[0].transport.is_closing())
+    c.send(get("/next"))  # sent as the close leaves: read and dropped, never forwarded
+    c.sock.shutdown(socket.SHUT_WR)  # the client's FIN ends the lingering close
+    wait_until(lambda: proxy.call(lambda: proxy.bridges[0].transport.is_closing()), what="closed on the FIN")
+    assert not any(r["target"] == "/next" for r in backend.requests)
+    c.close()
+    settled(proxy)
+
+
 def test_bridge_tls_hook_wraps_the_upstream_protocol(start, backend):
     proxy = start(make_table([backend], tls=True))
     wrapped: list[str] = []

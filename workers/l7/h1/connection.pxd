@@ -17,3 +17,5 @@ cdef class L7Bridge(RequestReader):
     @cython.locals(ex=Exchange, req=Request, head=RequestHead)
     cpdef _start(self, req)
     cpdef resume_reading(self, bit)
+    @cython.locals(req=Request, head=RequestHead)
+    cpdef bint _said_its_last(self, req)

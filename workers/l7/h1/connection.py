@@ -345,7 +345,7 @@ class L7Bridge(RequestReader, asyncio.Protocol):
             and self.may_keep(req)
         )
         if close or not (req.complete or drain_rest) or tunnel is not None or (self._eof and not self._queue):
-            self._close()
+            self._close(at_once=self._said_its_last(req))
             return
         # Draining, but this response went out before the drain and promised keep-alive: closing now would
         # race the client's next request. Keep the connection; that request gets Connection: close, and a
@@ -449,12 +449,30 @@ class L7Bridge(RequestReader, asyncio.Protocol):
             self._deadline.stop()
             self.transport.abort()
 
-    def _close(self) -> None:
+    def _said_its_last(self, req: Request) -> bool:
+        """The client said ``req`` was its last request (``Connection: close``, or HTTP/1.0 without keep-alive;
+        RFC 9112 §9.6: it sends no other), ``req`` was read to its end and nothing after it waits here (no
+        request begun or queued, reading never left paused with bytes held below). Then only its
+        close_notify and FIN can still come, and the close need not linger for them."""
+        head = req.head
+        return (
+            head is not None
+            and not head.keep_alive
+            and req.complete
+            and self._req is None
+            and not self._queue
+            and not self._read.bits
+        )
+
+    def _close(self, at_once: bool = False) -> None:
         """The graceful close, lingering (``../linger.py``): our FIN (after the response, and close_notify over
         TLS) goes first, and reading goes on, dropping what the client still sends (``data_received`` while
         closing), until its FIN, ``LINGER_S`` or ``LINGER_BYTES``. Closed at once, a socket with unread bytes
         (a request sent before ours said close, the rest of a refused body) answers with a reset, and a reset
-        may destroy the response in the client's buffers before it reads it (RFC 9112 §9.6)."""
+        may destroy the response in the client's buffers before it reads it (RFC 9112 §9.6).
+        ``at_once`` (``_said_its_last``): the client promised nothing more, so unless its socket already holds
+        bytes (``peer_spoke``), the connection closes without lingering, as nginx's ``lingering_close on``
+        does: no ``shutdown``, no linger timer, no wake-up for the client's own close."""
         if self._closing:
             return
         self._closing = True
@@ -468,6 +486,9 @@ class L7Bridge(RequestReader, asyncio.Protocol):
             return
         if self._eof or not transport.can_write_eof():
             transport.close()  # the client's FIN came already: nothing more can arrive to linger for
+            return
+        if at_once and not peer_spoke(transport):
+            transport.close()
             return
         transport.write_eof()
         self._linger_timer = self.loop.call_later(LINGER_S, transport.close)
