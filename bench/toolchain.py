@@ -124,6 +124,8 @@ def _prepare_tree(root: Path, log) -> None:
         ("usr/lib/nginx/modules/ngx_stream_module.so", "libnginx-mod-stream"),
         # nginx beside sentin8's WAF: the same ModSecurity v3 engine (bench.waf_l7 gives it the same CRS rules)
         ("usr/lib/nginx/modules/ngx_http_modsecurity_module.so", "libnginx-mod-http-modsecurity"),
+        # pyOpenSSL on Debian's libssl: bench.profile.openssl_ab runs the same handshakes on both OpenSSLs
+        ("usr/lib/python3/dist-packages/OpenSSL/SSL.py", "python3-openssl"),
     )
     missing = [pkg for path, pkg in wanted if not (root / path).exists()]
     if missing:
