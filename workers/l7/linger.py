@@ -5,6 +5,10 @@ reading and discards what the client still sends, until the client's FIN, ``LING
 (nginx's ``lingering_close``). Closed at once, a socket with unread bytes in the kernel (a request sent
 before ours said close, the rest of a refused body, frames after a GOAWAY) answers with a TCP reset, and the
 reset may destroy what the client has not read yet: the response, the GOAWAY (RFC 9112 §9.6).
+
+One close skips it, as nginx's ``lingering_close on`` does: an h1 client whose last request said
+``Connection: close`` (so it sends no other), read to its end, with nothing after it in our buffers or its
+socket, can only send its own close now (``h1/connection.py``, ``_said_its_last``).
 """
 
 from __future__ import annotations
