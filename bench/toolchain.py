@@ -117,6 +117,16 @@ def _build_tree(root: Path, log) -> float:
     return time.monotonic() - start
 
 
+def add_packages(root: Path, wanted: tuple[tuple[str, str], ...], log) -> None:
+    """Install into the tree each package of ``wanted`` ((a file it ships, the package)) whose file is absent."""
+    missing = [pkg for path, pkg in wanted if not (root / path).exists()]
+    if missing:
+        print(f"bench: adding {' '.join(missing)} to the cached tree", file=log, flush=True)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
+            subprocess.run(["chroot", str(root), *argv], check=True, stdout=log, stderr=log, env=env)
+
+
 def _prepare_tree(root: Path, log) -> None:
     """Packages a tree cached by an older bench lacks, hosts entries for the SNI names; idempotent."""
     # (module file, package): packages a tree cached by an older bench lacks
@@ -124,15 +134,8 @@ def _prepare_tree(root: Path, log) -> None:
         ("usr/lib/nginx/modules/ngx_stream_module.so", "libnginx-mod-stream"),
         # nginx beside sentin8's WAF: the same ModSecurity v3 engine (bench.waf_l7 gives it the same CRS rules)
         ("usr/lib/nginx/modules/ngx_http_modsecurity_module.so", "libnginx-mod-http-modsecurity"),
-        # pyOpenSSL on Debian's libssl: bench.profile.openssl_ab runs the same handshakes on both OpenSSLs
-        ("usr/lib/python3/dist-packages/OpenSSL/SSL.py", "python3-openssl"),
     )
-    missing = [pkg for path, pkg in wanted if not (root / path).exists()]
-    if missing:
-        print(f"bench: adding {' '.join(missing)} to the cached tree", file=log, flush=True)
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
-            subprocess.run(["chroot", str(root), *argv], check=True, stdout=log, stderr=log, env=env)
+    add_packages(root, wanted, log)
     hosts = root / "etc/hosts"
     text = hosts.read_text() if hosts.exists() else "127.0.0.1 localhost\n"
     for name in HOSTS:

@@ -3,14 +3,15 @@ OpenSSL nginx and HAProxy run in the bench (Debian 13's, in the toolchain's tree
 
     .venv/bin/python -m bench.profile.openssl_ab [--handshakes 3000] [--rounds 3]
 
-The same script, run by each side's Python and pyOpenSSL (the tree gets ``python3-openssl``, which links
-Debian's libssl): in memory (no sockets, no loop), a server and a client context restricted as the bench's
-(TLS 1.3, X25519MLKEM768, ML-DSA-65, the library's own ticket keys and ticket count), then ``--handshakes``
-resumed handshakes, each with one request record, one response record and both close_notify. Only the
-server's calls are timed (``process_time``): making its connection, the handshake steps, the two records,
-its shutdown and the free. What a resumed connection costs sentin8 beyond this is its own path (accept,
-peek, the TLS layer, the HTTP bridge, the proxying, the close), which the bench's resumed row then shows
-against nginx's. Needs root (the chroot), like ``python -m bench``; a load test, never a timed test.
+The same script, run by each side's Python and pyOpenSSL (this tool adds ``python3-openssl``, which links
+Debian's libssl, to the tree): in memory (no sockets, no loop), a server and a client context restricted as
+the bench's (TLS 1.3, X25519MLKEM768, ML-DSA-65, the library's own ticket keys and ticket count), then
+``--handshakes`` resumed handshakes, each with one request record, one response record and both
+close_notify. Only the server's calls are timed (``process_time``): making its connection, the handshake
+steps, the two records, its shutdown and the free. What a resumed connection costs sentin8 beyond this is
+its own path (accept, peek, the TLS layer, the HTTP bridge, the proxying, the close), which the bench's
+resumed row then shows against nginx's. Needs root (the chroot), like ``python -m bench``; a load test,
+never a timed test.
 
 Run as ``python openssl_ab.py --measure DIR N`` it is the measurement itself: stdlib and pyOpenSSL only, so
 the tree's Python runs it as it is.
@@ -160,6 +161,10 @@ def main() -> int:
         if tc.root is None:
             print("the host's own tools are PQ-capable: nothing to compare against", file=sys.stderr)
             return 1
+        # pyOpenSSL on Debian's libssl, in the tree only for this comparison
+        toolchain.add_packages(
+            tc.root, (("usr/lib/python3/dist-packages/OpenSSL/SSL.py", "python3-openssl"),), sys.stderr
+        )
         certs.write_mldsa65(work, ["bench.test"])
         script = work / "openssl_ab.py"
         shutil.copy(__file__, script)
