@@ -66,7 +66,7 @@ def _context(server: bool, directory: str) -> SSL.Context:
     return ctx
 
 
-def _move(src: SSL.Connection, dst: SSL.Connection) -> bool:
+def move(src: SSL.Connection, dst: SSL.Connection) -> bool:
     try:
         data = src.bio_read(65536)
     except SSL.WantReadError:
@@ -75,8 +75,10 @@ def _move(src: SSL.Connection, dst: SSL.Connection) -> bool:
     return True
 
 
-def _connection(server_ctx: SSL.Context, client_ctx: SSL.Context, session, spent: list[float]):
-    """One connection; the server's CPU added to ``spent[0]``. (the client's new session, resumed?)"""
+def connection(server_ctx: SSL.Context, client_ctx: SSL.Context, session, spent: list[float]):
+    """One connection in memory (resumed when ``session`` is offered and accepted): the server's CPU (making
+    its connection, the handshake steps, a record each way, its shutdown, the free) added to ``spent[0]``.
+    Returns (the client's new session, resumed?). Also ``bench.profile.hs_resumed``'s."""
     t0 = time.process_time()
     s = SSL.Connection(server_ctx, None)
     s.set_accept_state()
@@ -92,7 +94,7 @@ def _connection(server_ctx: SSL.Context, client_ctx: SSL.Context, session, spent
             c.do_handshake()
         except SSL.WantReadError:
             pass
-        _move(c, s)
+        move(c, s)
         t0 = time.process_time()
         try:
             s.do_handshake()
@@ -100,21 +102,21 @@ def _connection(server_ctx: SSL.Context, client_ctx: SSL.Context, session, spent
         except SSL.WantReadError:
             pass
         spent[0] += time.process_time() - t0
-        _move(s, c)
+        move(s, c)
     c.do_handshake()
     c.send(b"GET / HTTP/1.1\r\n\r\n")
-    _move(c, s)
+    move(c, s)
     t0 = time.process_time()
     s.recv(1024)
     s.send(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
     s.shutdown()
     spent[0] += time.process_time() - t0
-    _move(s, c)
+    move(s, c)
     c.recv(1024)  # the tickets, then the response
     resumed = bool(lib.SSL_session_reused(c._ssl))
     new_session = c.get_session()
     c.shutdown()  # or OpenSSL marks the session not resumable when the connection is freed
-    _move(c, s)
+    move(c, s)
     t0 = time.process_time()
     try:
         s.recv(1024)  # the client's close_notify
@@ -128,12 +130,12 @@ def _connection(server_ctx: SSL.Context, client_ctx: SSL.Context, session, spent
 def measure(directory: str, n: int) -> float:
     """Server CPU-µs per resumed handshake (and its records and close), the median of 5 batches."""
     server_ctx, client_ctx = _context(True, directory), _context(False, directory)
-    session, _ = _connection(server_ctx, client_ctx, None, [0.0])  # the full handshake that gives a ticket
+    session, _ = connection(server_ctx, client_ctx, None, [0.0])  # the full handshake that gives a ticket
     batches = []
     for _ in range(5):
         spent = [0.0]
         for _ in range(n // 5):
-            session, resumed = _connection(server_ctx, client_ctx, session, spent)
+            session, resumed = connection(server_ctx, client_ctx, session, spent)
             if not resumed:
                 raise SystemExit("a handshake did not resume")
         batches.append(spent[0] / (n // 5) * 1e6)
